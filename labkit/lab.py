@@ -1,0 +1,319 @@
+"""``lab = labkit.start()``: a notebook's handle on the server, its database and its runs."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+
+import psycopg
+from psycopg import sql as pgsql
+
+from . import pgbench, records
+from .errors import LabkitError, UsageError
+from .probes import WAIT_EVENTS, Probe
+from .profiles import Profile, current
+from .queries import query
+from .server import SETTINGS_THAT_MATTER, EmbeddedServer, client_binary, lab_settings, server_for_backend
+from .sessions import Failed, Sessions, Waiting
+
+EXTENSIONS = ("pg_stat_statements", "pageinspect", "pgstattuple")
+
+
+def database_name(notebook: str) -> str:
+    """The notebook's own database.
+
+    >>> database_name("02-flash-sale")
+    'lab_02_flash_sale'
+    """
+    return "lab_" + (re.sub(r"[^a-z0-9]+", "_", notebook.lower()).strip("_") or "scratch")[:50]
+
+
+def _notebook_name() -> str:
+    # jupyter-server tells the kernel which notebook it runs (JupyterLab 4, jupyter-server 2).
+    session = os.environ.get("JPY_SESSION_NAME", "")
+    if session:
+        return os.path.splitext(os.path.basename(session))[0]
+    return "scratch"
+
+
+class Lab:
+    """A notebook's lab: the server, the notebook's own database, sessions and runs."""
+
+    def __init__(self, server, notebook: str, profile: Profile, *, messages: list[str]):
+        self.server = server
+        self.notebook = notebook
+        self.profile = profile
+        self.database = database_name(notebook)
+        self.dsn = server.dsn(self.database)
+        self.messages = messages
+        self.sessions = Sessions(self.dsn)
+        self.last_run: records.Run | None = None
+
+    # -- SQL
+
+    def connect(self, **kwargs) -> psycopg.Connection:
+        """A new connection to the lab database (autocommit unless told otherwise)."""
+        kwargs.setdefault("autocommit", True)
+        return psycopg.connect(self.dsn, **kwargs)
+
+    def sql(self, statement: str, params=None, *, session: str = "main"):
+        """Run SQL in a named session; a DataFrame when it returns rows, else the command tag.
+
+        Errors raise ``psycopg`` exceptions (the magic shows them as one line instead).
+        A statement that blocks on a lock raises :class:`LabkitError` here: use
+        ``%%sql --session`` or :meth:`session` for steps that are meant to block.
+        """
+        outcome = self.session(session).run(statement, params)
+        if isinstance(outcome, Failed):
+            raise LabkitError(outcome.error)
+        if isinstance(outcome, Waiting):
+            raise LabkitError(outcome.message())
+        return outcome.frame if outcome.frame is not None else outcome.message()
+
+    def value(self, statement: str, params=None):
+        """The first column of the first row."""
+        with self.connect() as connection:
+            row = connection.execute(statement, params).fetchone()
+        return row[0] if row else None
+
+    def session(self, name: str, **timeouts):
+        """The named session (created on first use), e.g. ``lab.session("T1")``."""
+        return self.sessions.get(name, **timeouts)
+
+    def engine(self):
+        """A SQLAlchemy engine on the lab database (for pandas.read_sql and friends)."""
+        import sqlalchemy
+
+        return sqlalchemy.create_engine("postgresql+psycopg://", connect_args={"conninfo": self.dsn})
+
+    # -- settings
+
+    def settings(self, *names: str):
+        """The settings that matter (or the ones named), with where each value comes from."""
+        import pandas as pd
+
+        wanted = list(names or SETTINGS_THAT_MATTER)
+        with psycopg.connect(self.server.dsn("postgres" if self.server.kind != "external" else None),
+                             autocommit=True) as connection:
+            rows = connection.execute(query("settings"), {"names": wanted}).fetchall()
+        return pd.DataFrame(rows, columns=["name", "setting", "unit", "source", "pending_restart", "context"])
+
+    def set(self, **settings):
+        """Change server settings (ALTER SYSTEM, reload; restart when PostgreSQL requires it).
+
+        Restarting drops every connection to the server, also other notebooks'.
+        """
+        import pandas as pd
+
+        admin = self.server.dsn("postgres") if self.server.kind != "external" else self.server.dsn()
+        before = self.settings(*settings).set_index("name")["setting"].to_dict()
+        unknown = [name for name in settings if name not in before]
+        if unknown:
+            raise UsageError(f"Unknown setting(s): {', '.join(unknown)}. Check the name in pg_settings.")
+        try:
+            with psycopg.connect(admin, autocommit=True) as connection:
+                for name, value in settings.items():
+                    connection.execute(pgsql.SQL("alter system set {} = {}").format(
+                        pgsql.Identifier(name), pgsql.Literal(str(value))))
+                connection.execute("select pg_reload_conf()")
+        except psycopg.Error as error:
+            raise LabkitError(f"Could not change the settings: {error.diag.message_primary or error}") from None
+        import time
+
+        time.sleep(0.2)  # the reload is asynchronous
+        pending = self.settings(*settings)
+        restart = bool(pending["pending_restart"].any())
+        restarted = False
+        if restart:
+            if self.server.kind == "external":
+                self.messages.append("These settings need a restart, which labkit does not do to a server it did not start.")
+            else:
+                self.sessions.close()
+                self.server.restart()
+                restarted = True
+        after = self.settings(*settings).set_index("name")["setting"].to_dict()
+        return pd.DataFrame([{"name": n, "before": before.get(n), "after": after.get(n), "restarted": restarted}
+                             for n in settings])
+
+    def server_info(self) -> dict:
+        frame = self.settings()
+        values = dict(zip(frame["name"], frame["setting"]))
+        return {"backend": self.server.kind, "version": values.pop("server_version", None), "settings": values}
+
+    # -- pgbench
+
+    def pgbench(self, script: str = "", *, name: str = "run", clients: int | None = None,
+                duration: float | None = None, transactions: int | None = None, jobs: int | None = None,
+                mode: str = "simple", options: str | list[str] = (), probes: list[Probe] | None = None,
+                live: bool | None = None, save: bool = True):
+        """Run ``script`` with pgbench; returns the :class:`~labkit.records.Run` (also saved).
+
+        ``options`` takes any other pgbench option as on the command line (e.g. ``"-D n=5 -R 500"``).
+        ``probes`` defaults to the wait-event probe; pass ``[]`` for none.
+        ``live`` shows the live chart (default: when running in a notebook).
+        """
+        argv = list(options.split() if isinstance(options, str) else options)
+        argv += ["-c", str(clients or self.profile.clients), "-M", mode, "--name", name]
+        if jobs:
+            argv += ["-j", str(jobs)]
+        if transactions is not None:
+            argv += ["-t", str(transactions)]
+        else:
+            argv += ["-T", str(duration or self.profile.duration_s)]
+        spec = pgbench.parse_options(argv, script=script)
+        return self.run(spec, probes=probes, live=live)
+
+    def run(self, spec: pgbench.Spec, *, probes: list[Probe] | None = None, live: bool | None = None):
+        """Run a parsed :class:`~labkit.pgbench.Spec` (what ``%%pgbench`` does)."""
+        from .display import show_run
+
+        probes = [WAIT_EVENTS] if probes is None else list(probes)
+        run = show_run(self, spec, probes, live=live)
+        self.last_run = run
+        return run
+
+    def runner(self):
+        from .runs import Runner
+
+        registry = self.server.runs_dir if isinstance(self.server, EmbeddedServer) else None
+        return Runner(dsn=self.dsn, env=self.server.pgbench_env(), pgbench_bin=client_binary("pgbench"),
+                      registry=registry, notebook=self.notebook, profile=self.profile.name,
+                      server_info=self.server_info())
+
+    # -- records
+
+    def runs(self, *, all_notebooks: bool = False):
+        """This notebook's saved runs as a table (newest last)."""
+        return records.runs_frame(self.records(all_notebooks=all_notebooks))
+
+    def records(self, names: list[str] | None = None, *, all_notebooks: bool = False) -> list[records.Run]:
+        """Saved runs of this notebook (the newest of each name when ``names`` is given)."""
+        found = records.list_runs(notebook=None if all_notebooks else self.notebook)
+        if names is None:
+            return found
+        newest = records.latest(found)
+        missing = [name for name in names if name not in newest]
+        if missing:
+            raise UsageError(f"No saved run named {', '.join(missing)} in {self.notebook}: run it first.")
+        return [newest[name] for name in names]
+
+    def compare(self, names: list[str] | None = None, *, metric: str = "tps"):
+        """A chart of the newest run of each name (default: every name of this notebook)."""
+        from .charts import compare
+
+        runs = self.records(names) if names else list(records.latest(self.records()).values())
+        if not runs:
+            raise UsageError("No saved runs yet in this notebook: run a %%pgbench cell first.")
+        return compare(runs, metric=metric)
+
+    # -- housekeeping
+
+    def close(self) -> None:
+        self.sessions.close()
+
+    def __repr__(self) -> str:
+        return f"<Lab {self.notebook!r}: database {self.database} on the {self.server.kind} server, profile {self.profile.name}>"
+
+    def _repr_html_(self) -> str:
+        lines = "".join(f"<li>{message}</li>" for message in self.messages)
+        return (f"<b>Lab ready</b>: database <code>{self.database}</code> on the {self.server.kind} server "
+                f"(profile <code>{self.profile.name}</code>).<ul>{lines}</ul>")
+
+
+_LABS: dict[str, Lab] = {}
+
+
+def start(notebook: str | None = None, *, profile: str | None = None, fresh: bool = False,
+          extensions: tuple[str, ...] = EXTENSIONS) -> Lab:
+    """Start (or reuse) the lab server and give this notebook its own database.
+
+    notebook: names the database (``lab_<notebook>``) and the run records; default: the
+        notebook's file name when JupyterLab tells it, else "scratch".
+    profile: ci, laptop or article (default: LABKIT_PROFILE, else laptop).
+    fresh: drop the notebook's database first (its tables are lost).
+    """
+    chosen = Profile.named(profile) if profile else current()
+    notebook = notebook or _notebook_name()
+    server = server_for_backend()
+    messages: list[str] = []
+    server.register_client()
+    atexit.register(server.unregister_client)
+    killed = server.reap_stale_runs()
+    if killed:
+        messages.append(f"Stopped {len(killed)} pgbench process(es) left by a kernel that died.")
+    if server.start(chosen):
+        messages.append(f"Started the {server.kind} PostgreSQL server.")
+    admin = server.dsn("postgres") if server.kind != "external" else server.dsn()
+    try:
+        connection = psycopg.connect(admin, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as error:
+        where = "LABKIT_DSN" if server.kind == "external" else "the lab server"
+        raise LabkitError(f"Could not connect to {where}: {str(error).strip().splitlines()[-1]}") from None
+    with connection:
+        database = database_name(notebook)
+        if server.kind == "external":
+            messages += _external_report(connection, chosen)
+        if fresh:
+            connection.execute(f'drop database if exists "{database}" with (force)')
+        exists = connection.execute(query("database_exists"), {"name": database}).fetchone()[0]
+        if not exists:
+            try:
+                connection.execute(f'create database "{database}"')
+            except psycopg.Error as error:
+                raise LabkitError(f"Could not create the database {database}: {error.diag.message_primary}") from None
+            messages.append(f"Created the database {database}.")
+    lab = Lab(server, notebook, chosen, messages=messages)
+    if not exists:
+        _create_extensions(lab, extensions)
+    _LABS[notebook] = lab
+    _register_magics(lab)
+    return lab
+
+
+def _create_extensions(lab: Lab, names) -> None:
+    with lab.connect() as connection:
+        for name in names:
+            try:
+                connection.execute(f"create extension if not exists {name}")
+            except psycopg.Error as error:
+                lab.messages.append(f"Extension {name} is not available: {error.diag.message_primary}")
+
+
+def _external_report(connection, profile: Profile) -> list[str]:
+    """Which lab settings an external server lacks (labkit changes nothing there)."""
+    wanted = lab_settings(profile)
+    rows = connection.execute("select name, setting, unit from pg_settings where name = any(%s)",
+                              (list(wanted),)).fetchall()
+    have = {name: (setting, unit) for name, setting, unit in rows}
+    differing = []
+    for name, value in wanted.items():
+        setting, unit = have.get(name, (None, None))
+        if setting is None or not _same_setting(setting, unit, value):
+            differing.append(f"{name}={value} (server: {setting}{unit or ''})")
+    if not differing:
+        return ["Using the server from LABKIT_DSN; it has the lab settings."]
+    return ["Using the server from LABKIT_DSN; labkit did not apply these lab settings: " + "; ".join(differing)]
+
+
+def _same_setting(setting: str, unit: str | None, wanted: str) -> bool:
+    if setting == wanted:
+        return True
+    units = {"8kB": 8192, "kB": 1024, "MB": 2**20, "GB": 2**30, "ms": 1, "s": 1000, "min": 60000}
+    match = re.fullmatch(r"(\d+)\s*(kB|MB|GB|ms|s|min)?", wanted)
+    if match and unit in units and setting.isdigit():
+        return int(setting) * units[unit] == int(match.group(1)) * units.get(match.group(2) or unit, 1)
+    return False
+
+
+def _register_magics(lab: Lab) -> None:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+    from .magics import register
+
+    register(shell, lab)

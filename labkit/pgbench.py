@@ -1,0 +1,662 @@
+"""pgbench without a server: options in, argv out; output text in, numbers out.
+
+Everything here is pure (no process, no connection), so it is tested against real
+recorded output of pgbench 15 and 18 and the older formats quoted in the articles.
+The process itself is run by :mod:`labkit.runs`.
+
+    >>> spec = parse_options("-c 8 -T 5 -M prepared --name demo".split(), script="select 1;")
+    >>> spec.clients, spec.duration_s, spec.mode, spec.name
+    (8, 5, 'prepared', 'demo')
+    >>> parse_progress("progress: 2.0 s, 150.5 tps, lat 6.633 ms stddev 1.204, 0 failed").tps
+    150.5
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+import statistics
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from .errors import UsageError
+
+# ----------------------------------------------------------------------------- options
+
+
+@dataclass(frozen=True)
+class Script:
+    """One pgbench script: its text and weight (pgbench's ``-f file@weight``)."""
+
+    name: str
+    text: str
+    weight: int = 1
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A pgbench run, as labkit understands it."""
+
+    scripts: tuple[Script, ...]
+    name: str = "run"
+    clients: int = 1
+    jobs: int | None = None
+    duration_s: float | None = None
+    transactions: int | None = None
+    mode: str = "simple"
+    defines: tuple[tuple[str, str], ...] = ()
+    rate: float | None = None
+    latency_limit_ms: float | None = None
+    max_tries: int | None = None
+    random_seed: str | None = None
+    sampling_rate: float | None = None
+    flags: tuple[str, ...] = ()  # flags passed through as they are (-C, --failures-detailed, ...)
+    fine: bool = True  # write pgbench's transaction log, for 100 ms bins and percentiles
+
+    @property
+    def threads(self) -> int:
+        """pgbench's -j: one thread per client up to the machine's cores."""
+        import os
+
+        if self.jobs:
+            return self.jobs
+        return max(1, min(self.clients, os.cpu_count() or 1))
+
+    def check(self, *, max_clients: int | None = None) -> "Spec":
+        if self.clients < 1:
+            raise UsageError("-c must be at least 1.")
+        if self.jobs is not None and (self.jobs < 1 or self.jobs > self.clients):
+            raise UsageError(f"-j must be between 1 and the number of clients ({self.clients}).")
+        if self.duration_s is not None and self.transactions is not None:
+            raise UsageError("Give either -T (seconds) or -t (transactions per client), not both.")
+        if self.duration_s is not None and self.duration_s <= 0:
+            raise UsageError("-T must be a positive number of seconds.")
+        if self.mode not in ("simple", "extended", "prepared"):
+            raise UsageError(f"-M must be simple, extended or prepared, not {self.mode!r}.")
+        if not self.scripts or not any(s.text.strip() for s in self.scripts):
+            raise UsageError("The pgbench script is empty: write SQL in the cell body or pass -f FILE.")
+        if max_clients is not None and self.clients > max_clients:
+            raise UsageError(
+                f"{self.clients} clients need {self.clients} connections but only {max_clients} are free "
+                f"on this server: lower -c, or raise the limit with lab.set(max_connections=...)."
+            )
+        return self
+
+
+# option -> (key, kind); kind: "int", "float", "str", "flag", "script", "define"
+_OPTIONS: dict[str, tuple[str, str]] = {
+    "-c": ("clients", "int"), "--client": ("clients", "int"),
+    "-j": ("jobs", "int"), "--jobs": ("jobs", "int"),
+    "-T": ("duration_s", "float"), "--time": ("duration_s", "float"),
+    "-t": ("transactions", "int"), "--transactions": ("transactions", "int"),
+    "-M": ("mode", "str"), "--protocol": ("mode", "str"),
+    "-D": ("defines", "define"), "--define": ("defines", "define"),
+    "-R": ("rate", "float"), "--rate": ("rate", "float"),
+    "-L": ("latency_limit_ms", "float"), "--latency-limit": ("latency_limit_ms", "float"),
+    "--max-tries": ("max_tries", "int"),
+    "--random-seed": ("random_seed", "str"),
+    "--sampling-rate": ("sampling_rate", "float"),
+    "-f": ("scripts", "script"), "--file": ("scripts", "script"),
+    "--name": ("name", "str"),
+    "--no-log": ("fine", "off"),
+    "-C": ("flags", "flag"), "--connect": ("flags", "flag"),
+    "--failures-detailed": ("flags", "flag"),
+    "--verbose-errors": ("flags", "flag"),
+    "--exit-on-abort": ("flags", "flag"),
+    # accepted and ignored: labkit always passes them
+    "-n": ("", "ignore"), "--no-vacuum": ("", "ignore"),
+    "-r": ("", "ignore"), "--report-per-command": ("", "ignore"),
+}
+
+# Options labkit sets itself; saying why is kinder than "unknown option".
+_MANAGED = {
+    "-P": "labkit always reports progress every second (-P 1)",
+    "--progress": "labkit always reports progress every second (-P 1)",
+    "-l": "labkit writes the transaction log itself (turn it off with --no-log)",
+    "--log": "labkit writes the transaction log itself (turn it off with --no-log)",
+    "--log-prefix": "labkit chooses where the transaction log goes",
+    "--aggregate-interval": "labkit bins the transaction log itself (1 s and 100 ms)",
+    "-h": "the lab server is chosen by labkit.start() / LABKIT_DSN",
+    "-p": "the lab server is chosen by labkit.start() / LABKIT_DSN",
+    "-U": "the lab server is chosen by labkit.start() / LABKIT_DSN",
+    "-d": "runs go to the notebook's own database",
+    "-i": "initialise tables with %%sql cells instead",
+    "--initialize": "initialise tables with %%sql cells instead",
+}
+
+
+def parse_options(argv: list[str] | str, *, script: str | None = None, name: str = "run") -> Spec:
+    """Parse pgbench-style options (plus ``--name`` and ``--no-log``) into a :class:`Spec`.
+
+    ``script`` is the cell body, used when no ``-f`` is given.
+    Unknown options raise :class:`UsageError` with a one-line hint.
+    """
+    if isinstance(argv, str):
+        argv = shlex.split(argv)
+    values: dict = {"name": name}
+    scripts: list[Script] = []
+    defines: list[tuple[str, str]] = []
+    flags: list[str] = []
+    index = 0
+    while index < len(argv):
+        token = argv[index]
+        index += 1
+        option, inline = token, None
+        if token.startswith("--") and "=" in token:
+            option, inline = token.split("=", 1)
+        elif re.fullmatch(r"-[A-Za-z].+", token) and token[:2] in _OPTIONS and _OPTIONS[token[:2]][1] not in ("flag", "ignore"):
+            option, inline = token[:2], token[2:]  # -c64, -T10
+        if option in _MANAGED:
+            raise UsageError(f"pgbench option {option} is not needed here: {_MANAGED[option]}.")
+        if option not in _OPTIONS:
+            raise UsageError(
+                f"Unknown pgbench option {token!r}. Known here: -c -j -T -t -M -D -R -L -f -C "
+                "--max-tries --random-seed --sampling-rate --failures-detailed --name --no-log."
+            )
+        key, kind = _OPTIONS[option]
+        if kind == "ignore":
+            continue
+        if kind == "flag":
+            flags.append(option)
+            continue
+        if kind == "off":
+            values[key] = False
+            continue
+        if inline is None:
+            if index >= len(argv):
+                raise UsageError(f"pgbench option {option} needs a value.")
+            inline = argv[index]
+            index += 1
+        if kind == "script":
+            scripts.append(_script_from_file(inline))
+        elif kind == "define":
+            if "=" not in inline:
+                raise UsageError(f"-D needs NAME=VALUE, not {inline!r}.")
+            defines.append(tuple(inline.split("=", 1)))
+        else:
+            values[key] = _convert(option, inline, kind)
+    if not scripts:
+        scripts = [Script(f"{values['name']}.sql", script or "")]
+    if values.get("duration_s") is None and values.get("transactions") is None:
+        values["duration_s"] = 10
+    spec = Spec(scripts=tuple(scripts), defines=tuple(defines), flags=tuple(flags), **values)
+    return spec.check()
+
+
+def _convert(option: str, value: str, kind: str):
+    try:
+        if kind == "int":
+            return int(value)
+        if kind == "float":
+            number = float(value)
+            return int(number) if number.is_integer() else number
+    except ValueError:
+        raise UsageError(f"pgbench option {option} needs a number, not {value!r}.") from None
+    return value
+
+
+def _script_from_file(argument: str) -> Script:
+    path, weight = argument, 1
+    match = re.fullmatch(r"(.+)@(\d+)", argument)
+    if match:
+        path, weight = match.group(1), int(match.group(2))
+    file = Path(path).expanduser()
+    if not file.exists():
+        raise UsageError(f"Script file {path} does not exist (paths are relative to the notebook's folder).")
+    return Script(file.name, file.read_text(), weight)
+
+
+def build_argv(spec: Spec, script_paths: list[Path], *, log_prefix: Path | None = None,
+               database: str | None = None) -> list[str]:
+    """The pgbench command line (without the program name) for ``spec``.
+
+    >>> build_argv(Spec((Script("a.sql", "select 1;"),), clients=4, duration_s=5, jobs=2),
+    ...            [Path("a.sql")])
+    ['-n', '-r', '-P', '1', '-c', '4', '-j', '2', '-M', 'simple', '-T', '5', '-f', 'a.sql@1']
+    """
+    argv = ["-n", "-r", "-P", "1", "-c", str(spec.clients), "-j", str(spec.threads), "-M", spec.mode]
+    if spec.duration_s is not None:
+        argv += ["-T", _number(spec.duration_s)]
+    if spec.transactions is not None:
+        argv += ["-t", str(spec.transactions)]
+    if spec.rate is not None:
+        argv += ["-R", _number(spec.rate)]
+    if spec.latency_limit_ms is not None:
+        argv += ["-L", _number(spec.latency_limit_ms)]
+    if spec.max_tries is not None:
+        argv += ["--max-tries", str(spec.max_tries)]
+    if spec.random_seed is not None:
+        argv += ["--random-seed", spec.random_seed]
+    for name, value in spec.defines:
+        argv += ["-D", f"{name}={value}"]
+    argv += list(spec.flags)
+    if log_prefix is not None and spec.fine:
+        argv += ["-l", "--log-prefix", str(log_prefix)]
+        if spec.sampling_rate is not None:
+            argv += ["--sampling-rate", _number(spec.sampling_rate)]
+    for script, path in zip(spec.scripts, script_paths):
+        argv += ["-f", f"{path}@{script.weight}"]
+    if database:
+        argv.append(database)
+    return argv
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+# ----------------------------------------------------------------------------- progress
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One ``-P`` line: a second (or interval) of the run."""
+
+    t: float
+    tps: float
+    lat_ms: float | None
+    stddev_ms: float | None
+    failed: int = 0
+    retried: int = 0
+    retries: int = 0
+    lag_ms: float | None = None
+    skipped: int = 0
+
+
+_PROGRESS = re.compile(
+    r"^progress: (?P<t>[\d.]+) s, (?P<tps>[\d.]+) tps, lat (?P<lat>[-\w.]+) ms stddev (?P<stddev>[-\w.]+)"
+    r"(?P<rest>.*)$"
+)
+
+
+def _float_or_none(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return None if math.isnan(value) else value
+
+
+def parse_progress(line: str) -> Progress | None:
+    """Parse a ``progress:`` line; None for any other line.
+
+    Old pgbench printed ``lat -nan ms`` for a second with no transaction;
+    new pgbench prints ``lat 0.000 ms``. Both mean: no latency known.
+    """
+    match = _PROGRESS.match(line.strip())
+    if not match:
+        return None
+    tps = float(match["tps"])
+    lat = _float_or_none(match["lat"])
+    stddev = _float_or_none(match["stddev"])
+    if tps == 0:
+        lat = stddev = None
+    rest = match["rest"]
+
+    def count(word: str) -> int:
+        found = re.search(rf"(\d+) {word}\b", rest)
+        return int(found.group(1)) if found else 0
+
+    lag = re.search(r"lag ([\d.]+) ms", rest)
+    return Progress(
+        t=float(match["t"]),
+        tps=tps,
+        lat_ms=lat,
+        stddev_ms=stddev,
+        failed=count("failed"),
+        retried=count("retried"),
+        retries=count("retries"),
+        lag_ms=float(lag.group(1)) if lag else None,
+        skipped=count("skipped"),
+    )
+
+
+# ----------------------------------------------------------------------------- summary
+
+
+@dataclass(frozen=True)
+class StatementLatency:
+    script: int
+    latency_ms: float
+    failures: int | None
+    retries: int | None
+    command: str
+
+
+@dataclass(frozen=True)
+class Summary:
+    """pgbench's closing report (stdout)."""
+
+    version: str | None = None
+    transaction_type: str | None = None
+    mode: str | None = None
+    clients: int | None = None
+    threads: int | None = None
+    duration_s: float | None = None
+    transactions_per_client: int | None = None
+    transactions: int | None = None
+    transactions_planned: int | None = None
+    failed: int = 0
+    serialization_failures: int | None = None
+    deadlock_failures: int | None = None
+    retried: int | None = None
+    retries: int | None = None
+    latency_avg_ms: float | None = None
+    latency_stddev_ms: float | None = None
+    initial_connection_ms: float | None = None
+    tps: float | None = None
+    tps_including_connections: float | None = None
+    statements: tuple[StatementLatency, ...] = ()
+    scripts: tuple[dict, ...] = ()
+
+
+_SUMMARY_FIELDS = [
+    (r"^pgbench \((?P<v>[\d.]+\w*)", "version", str),
+    (r"^transaction type: (?P<v>.+)$", "transaction_type", str),
+    (r"^query mode: (?P<v>\w+)", "mode", str),
+    (r"^number of clients: (?P<v>\d+)", "clients", int),
+    (r"^number of threads: (?P<v>\d+)", "threads", int),
+    (r"^duration: (?P<v>[\d.]+) s", "duration_s", float),
+    (r"^number of transactions per client: (?P<v>\d+)", "transactions_per_client", int),
+    (r"^number of failed transactions: (?P<v>\d+)", "failed", int),
+    (r"^number of serialization failures: (?P<v>\d+)", "serialization_failures", int),
+    (r"^number of deadlock failures: (?P<v>\d+)", "deadlock_failures", int),
+    (r"^number of transactions retried: (?P<v>\d+)", "retried", int),
+    (r"^total number of retries: (?P<v>\d+)", "retries", int),
+    (r"^latency average = (?P<v>[\d.]+) ms", "latency_avg_ms", float),
+    (r"^latency stddev = (?P<v>[\d.]+) ms", "latency_stddev_ms", float),
+    (r"^initial connection time = (?P<v>[\d.]+) ms", "initial_connection_ms", float),
+    (r"^tps = (?P<v>[\d.]+) \((?:without initial connection time|excluding connections establishing)\)", "tps", float),
+    (r"^tps = (?P<v>[\d.]+) \(including connections establishing\)", "tps_including_connections", float),
+]
+
+
+def parse_summary(text: str) -> Summary:
+    """Parse pgbench's summary (stdout) of any version from 9.2 to 18."""
+    values: dict = {}
+    statements: list[StatementLatency] = []
+    scripts: list[dict] = []
+    script_index = 0
+    in_statements = False
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        processed = re.match(r"^(?:- )?number of transactions actually processed: (\d+)(?:/(\d+))?(?: \(tps = ([\d.]+)\))?", line)
+        if processed:
+            if raw.startswith(" -"):
+                scripts[-1]["transactions"] = int(processed.group(1))
+                if processed.group(3):
+                    scripts[-1]["tps"] = float(processed.group(3))
+            else:
+                values["transactions"] = int(processed.group(1))
+                if processed.group(2):
+                    values["transactions_planned"] = int(processed.group(2))
+            continue
+        script_header = re.match(r"^SQL script (\d+): (.+)$", line)
+        if script_header:
+            script_index = int(script_header.group(1))
+            scripts.append({"script": script_index, "name": script_header.group(2)})
+            in_statements = False
+            continue
+        if raw.startswith(" -") and scripts:
+            _script_detail(scripts[-1], line)
+            if "statement latencies" in line:
+                in_statements = True
+            continue
+        if line.startswith("statement latencies"):
+            in_statements = True
+            continue
+        if in_statements:
+            statement = _statement(line, script_index)
+            if statement:
+                statements.append(statement)
+                continue
+            in_statements = False
+        for pattern, key, kind in _SUMMARY_FIELDS:
+            match = re.match(pattern, line)
+            if match:
+                values[key] = kind(match["v"].strip())
+                break
+    return Summary(**values, statements=tuple(statements), scripts=tuple(scripts))
+
+
+def _script_detail(script: dict, line: str) -> None:
+    weight = re.match(r"- weight: (\d+)", line)
+    if weight:
+        script["weight"] = int(weight.group(1))
+    count = re.match(r"- (\d+) transactions \([\d.]+% of total(?:, tps = ([\d.]+))?\)", line)
+    if count:
+        script["transactions"] = int(count.group(1))
+        if count.group(2):
+            script["tps"] = float(count.group(2))
+    for key, pattern in (
+        ("failed", r"- number of failed transactions: (\d+)"),
+        ("latency_avg_ms", r"- latency average = ([\d.]+) ms"),
+        ("latency_stddev_ms", r"- latency stddev = ([\d.]+) ms"),
+    ):
+        match = re.match(pattern, line)
+        if match:
+            script[key] = float(match.group(1)) if "." in match.group(1) else int(match.group(1))
+
+
+def _statement(line: str, script: int) -> StatementLatency | None:
+    match = re.match(r"^([\d.]+)\s+(?:(\d+)\s+)?(?:(\d+)\s+)?(\S.*)$", line)
+    if not match:
+        return None
+    return StatementLatency(
+        script=script,
+        latency_ms=float(match.group(1)),
+        failures=int(match.group(2)) if match.group(2) else None,
+        retries=int(match.group(3)) if match.group(3) else None,
+        command=match.group(4).strip(),
+    )
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+@dataclass(frozen=True)
+class Problems:
+    """What went wrong, from pgbench's stderr."""
+
+    errors: tuple[str, ...] = ()
+    aborted_clients: int = 0
+    run_aborted: bool = False
+
+    @property
+    def first(self) -> str | None:
+        return self.errors[0] if self.errors else None
+
+
+def parse_errors(stderr: str) -> Problems:
+    """Collect ``pgbench: error:`` lines (with their continuation lines) and aborted clients."""
+    errors: list[str] = []
+    aborted = 0
+    run_aborted = False
+    for line in stderr.splitlines():
+        if line.startswith("progress:"):
+            continue
+        if re.match(r"^(pgbench: error: |.*pgbench: )", line) or line.startswith("pgbench: hint:"):
+            message = re.sub(r"^.*?pgbench: (error: )?", "", line)
+            if "Run was aborted" in message:
+                run_aborted = True
+                continue
+            if re.match(r"client \d+ (script \d+ )?aborted", message):
+                aborted += 1
+                message = re.sub(r"^client \d+ (script \d+ )?aborted in command \d+( query \d+)?: ", "", message)
+            if message not in errors:
+                errors.append(message)
+        elif errors and line.strip() and not line.startswith("pgbench"):
+            continuation = f"{errors[-1]}\n{line}"
+            if continuation not in errors:
+                errors[-1] = continuation
+    return Problems(tuple(errors), aborted, run_aborted)
+
+
+# ----------------------------------------------------------------------------- transaction log
+
+
+LOG_COLUMNS = ["client", "number", "latency_us", "script", "epoch", "micro", "lag_us", "retries"]
+
+
+def log_frame(source):
+    """pgbench's ``-l`` log (a path, a file object or text) as a DataFrame.
+
+    Columns: ``end_s`` (Unix time the transaction ended), ``latency_ms`` (NaN when it
+    failed or was skipped), ``status`` (ok, failed, skipped), ``script``, ``retries``.
+    pandas reads millions of lines in seconds, which article-sized runs need.
+    """
+    import io
+
+    import pandas as pd
+
+    if isinstance(source, str) and "\n" in source:
+        source = io.StringIO(source)
+    raw = pd.read_csv(source, sep=" ", header=None, names=LOG_COLUMNS, usecols=range(6), dtype=str,
+                      on_bad_lines="skip", engine="c")
+    if raw.empty:
+        return pd.DataFrame(columns=["end_s", "latency_ms", "status", "script", "client"])
+    latency = pd.to_numeric(raw["latency_us"], errors="coerce")
+    status = raw["latency_us"].where(latency.isna(), "ok")
+    return pd.DataFrame({
+        "end_s": pd.to_numeric(raw["epoch"]) + pd.to_numeric(raw["micro"]) / 1e6,
+        "latency_ms": latency / 1000,
+        "status": status,
+        "script": pd.to_numeric(raw["script"]),
+        "client": pd.to_numeric(raw["client"]),
+    })
+
+
+@dataclass(frozen=True)
+class Bin:
+    t: float  # seconds since the run started, at the end of the bin
+    tps: float
+    failed: int
+    p99_ms: float | None
+    max_ms: float | None
+
+
+def log_start(frame) -> float | None:
+    """When the first logged transaction began (Unix time): the log's time zero."""
+    if frame.empty:
+        return None
+    ok = frame.dropna(subset=["latency_ms"])
+    if ok.empty:
+        return float(frame["end_s"].min())
+    return float((ok["end_s"] - ok["latency_ms"] / 1000).min())
+
+
+def bin_log(frame, start_s: float, width_s: float = 0.1, *, sampling_rate: float = 1.0,
+            end_s: float | None = None) -> list[Bin]:
+    """Transactions per second in bins of ``width_s`` seconds (empty bins included).
+
+    >>> import pandas as pd
+    >>> f = pd.DataFrame({"end_s": [100.005 + i * 0.01 for i in range(20)], "latency_ms": [1.0] * 20,
+    ...                   "status": ["ok"] * 20})
+    >>> [round(b.tps) for b in bin_log(f, 100.0, 0.1)]
+    [100, 100]
+    """
+    import numpy as np
+
+    if frame.empty:
+        return []
+    last = end_s if end_s is not None else float(frame["end_s"].max())
+    count = max(1, math.ceil((last - start_s) / width_s - 1e-9))
+    index = np.floor((frame["end_s"].to_numpy() - start_s) / width_s).astype(int)
+    inside = (index >= 0) & (index < count)
+    ok = (frame["status"].to_numpy() == "ok") & inside
+    failed = (frame["status"].to_numpy() == "failed") & inside
+    ok_counts = np.bincount(index[ok], minlength=count)
+    failed_counts = np.bincount(index[failed], minlength=count)
+    latency = frame["latency_ms"].to_numpy()
+    groups = {}
+    if ok.any():
+        order = np.argsort(index[ok], kind="stable")
+        keys, starts = np.unique(index[ok][order], return_index=True)
+        for key, values in zip(keys, np.split(latency[ok][order], starts[1:])):
+            groups[int(key)] = np.sort(values)
+    bins = []
+    for i in range(count):
+        values = groups.get(i)
+        bins.append(Bin(
+            t=round((i + 1) * width_s, 6),
+            tps=float(ok_counts[i]) / width_s / sampling_rate,
+            failed=int(failed_counts[i]),
+            p99_ms=float(percentile(values, 99)) if values is not None else None,
+            max_ms=float(values[-1]) if values is not None else None,
+        ))
+    return bins
+
+
+def percentile(sorted_values, q: float) -> float:
+    """The q-th percentile (nearest rank) of already sorted values.
+
+    >>> percentile([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 95)
+    10
+    """
+    if len(sorted_values) == 0:
+        raise ValueError("no values")
+    rank = max(1, math.ceil(q / 100 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+def latency_figures(frame) -> dict[str, float]:
+    """avg, stddev, p50, p95, p99 and max latency (ms) of the successful transactions."""
+    import numpy as np
+
+    values = np.sort(frame["latency_ms"].dropna().to_numpy())
+    if len(values) == 0:
+        return {}
+    return {
+        "avg": float(values.mean()),
+        "stddev": float(values.std()),
+        "p50": float(percentile(values, 50)),
+        "p95": float(percentile(values, 95)),
+        "p99": float(percentile(values, 99)),
+        "max": float(values[-1]),
+    }
+
+
+# ----------------------------------------------------------------------------- stalls
+
+
+@dataclass(frozen=True)
+class Stall:
+    start: float
+    end: float
+
+    @property
+    def seconds(self) -> float:
+        return round(self.end - self.start, 6)
+
+
+def find_stalls(points: list[tuple[float, float]], *, fraction: float = 0.1, width: float = 1.0) -> list[Stall]:
+    """Intervals whose throughput is below ``fraction`` of the run's median.
+
+    ``points`` are (end of interval, tps). Adjacent stalled intervals merge.
+
+    >>> find_stalls([(1, 100), (2, 0), (3, 5), (4, 100), (5, 98)])
+    [Stall(start=1.0, end=3)]
+    """
+    if not points:
+        return []
+    median = statistics.median(tps for _, tps in points)
+    if median <= 0:
+        return []
+    stalls: list[Stall] = []
+    for end, tps in points:
+        if tps < fraction * median:
+            start = end - width
+            if stalls and abs(stalls[-1].end - start) < 1e-9:
+                stalls[-1] = replace(stalls[-1], end=end)
+            else:
+                stalls.append(Stall(start, end))
+    return stalls
+
+
+__all__ = [
+    "Bin", "Problems", "Progress", "Script", "Spec", "Stall", "StatementLatency", "Summary",
+    "bin_log", "log_frame", "log_start", "build_argv", "find_stalls", "latency_figures", "parse_errors", "parse_options", "parse_progress", "parse_summary", "percentile",
+]

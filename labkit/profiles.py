@@ -1,0 +1,97 @@
+"""Profiles scale an experiment to the machine: ``ci``, ``laptop`` and ``article``.
+
+A notebook never hard-codes its sizes; it asks the profile::
+
+    >>> p = Profile.named("ci")
+    >>> p.pick(ci=20_000, laptop=100_000, article=1_000_000)
+    20000
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from .errors import UsageError
+
+NAMES = ("ci", "laptop", "article")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How big, how long and how many clients."""
+
+    name: str
+    description: str
+    max_connections: int
+    clients: int
+    duration_s: int
+    shared_buffers: str
+
+    @classmethod
+    def named(cls, name: str) -> "Profile":
+        try:
+            return _PROFILES[name]
+        except KeyError:
+            raise UsageError(
+                f"Unknown profile {name!r}: use one of {', '.join(NAMES)} "
+                "(set LABKIT_PROFILE or pass profile=...)."
+            ) from None
+
+    def pick(self, *, ci, laptop, article=None):
+        """The value for this profile (``article`` falls back to ``laptop``)."""
+        if self.name == "ci":
+            return ci
+        if self.name == "article" and article is not None:
+            return article
+        return laptop
+
+
+_PROFILES = {
+    "ci": Profile(
+        "ci",
+        "the whole suite in a few minutes on 2 cores: small tables, few clients, seconds-long runs",
+        max_connections=120,
+        clients=8,
+        duration_s=4,
+        shared_buffers="128MB",
+    ),
+    "laptop": Profile(
+        "laptop",
+        "each effect clearly visible within a couple of minutes on a 2-4 core laptop",
+        max_connections=600,
+        clients=16,
+        duration_s=15,
+        shared_buffers="256MB",
+    ),
+    "article": Profile(
+        "article",
+        "the articles' own parameters: hundreds to ~2,000 clients, minutes-long runs, a big machine",
+        max_connections=2100,
+        clients=64,
+        duration_s=60,
+        shared_buffers="1GB",
+    ),
+}
+
+
+def current() -> Profile:
+    """The profile named by LABKIT_PROFILE (default ``laptop``)."""
+    return Profile.named(os.environ.get("LABKIT_PROFILE", "laptop").strip() or "laptop")
+
+
+def advise(cores: int | None = None, memory_bytes: int | None = None) -> str:
+    """Which profile suits this machine, in one sentence."""
+    import psutil
+
+    cores = cores or os.cpu_count() or 1
+    memory_bytes = memory_bytes or psutil.virtual_memory().total
+    gib = memory_bytes / 2**30
+    if cores <= 2 or gib < 4:
+        return (
+            f"This machine has {cores} cores and {gib:.1f} GiB: the 'ci' profile fits best "
+            "(LABKIT_PROFILE=ci); 'laptop' works but runs slowly."
+        )
+    if cores >= 32 and gib >= 64:
+        return f"This machine has {cores} cores and {gib:.0f} GiB: it can run the 'article' profile."
+    return f"This machine has {cores} cores and {gib:.1f} GiB: the 'laptop' profile fits."

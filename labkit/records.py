@@ -1,0 +1,186 @@
+"""The run record: every pgbench run, saved as one JSON file so runs compare across sessions.
+
+A record holds what was run (scripts, clients, options, server settings), what pgbench
+reported (tps, latencies, failures), what labkit measured beside it (wall-clock time and
+overrun past ``-T``, the per-second and 100 ms series, probe samples) and an ``extra``
+dict for each experiment's own figures (goodput, HOT ratio, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import config
+from .errors import UsageError
+
+FORMAT = 1
+
+
+@dataclass
+class Run:
+    """One pgbench run and everything measured about it."""
+
+    name: str
+    notebook: str
+    profile: str
+    started_at: str
+    server: dict = field(default_factory=dict)  # version, backend, settings
+    scripts: list[dict] = field(default_factory=list)  # name, text, weight
+    clients: int = 1
+    jobs: int = 1
+    duration_s: float | None = None
+    transactions_per_client: int | None = None
+    mode: str = "simple"
+    argv: list[str] = field(default_factory=list)
+    wall_s: float | None = None  # from pgbench's start to its exit
+    overrun_s: float | None = None  # wall time past -T (a stuck transaction holds the run)
+    tps: float | None = None
+    latency_ms: dict = field(default_factory=dict)  # avg, stddev, p50, p95, p99, max
+    transactions: int | None = None
+    failures: int = 0
+    retries: int | None = None
+    aborted_clients: int = 0
+    errors: list[str] = field(default_factory=list)
+    interrupted: bool = False
+    per_second: list[dict] = field(default_factory=list)  # t, tps, lat_ms, stddev_ms, failed
+    fine: list[dict] = field(default_factory=list)  # 100 ms bins: t, tps, p99_ms, max_ms
+    fine_width_s: float | None = None
+    stalls: list[dict] = field(default_factory=list)  # start, end (seconds from run start)
+    probes: dict = field(default_factory=dict)  # probe name -> list of samples {t, ...}
+    statements: list[dict] = field(default_factory=list)
+    extra: dict = field(default_factory=dict)
+    format: int = FORMAT
+    path: str | None = None
+
+    # -- what students look at
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} (c={self.clients})"
+
+    def summary(self) -> dict:
+        """The figures of the closing table."""
+        row = {
+            "run": self.name,
+            "clients": self.clients,
+            "tps": _round(self.tps),
+            "transactions": self.transactions,
+            "failures": self.failures,
+        }
+        for key in ("avg", "p50", "p95", "p99", "max"):
+            row[f"lat_{key}_ms"] = _round(self.latency_ms.get(key), 3)
+        row["stall_s"] = round(sum(s["end"] - s["start"] for s in self.stalls), 1)
+        row["wall_s"] = _round(self.wall_s, 1)
+        if self.overrun_s:
+            row["overrun_s"] = _round(self.overrun_s, 1)
+        for key, value in self.extra.items():
+            if isinstance(value, (int, float, str)) or value is None:
+                row[key] = _round(value) if isinstance(value, float) else value
+        return row
+
+    def to_frame(self):
+        """The per-second series as a DataFrame (one row per second)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.per_second)
+
+    def probe_frame(self, name: str):
+        """One probe's samples as a DataFrame (``t`` is seconds since the run started)."""
+        import pandas as pd
+
+        if name not in self.probes:
+            known = ", ".join(self.probes) or "none"
+            raise UsageError(f"This run has no probe named {name!r} (it has: {known}).")
+        return pd.DataFrame(self.probes[name])
+
+    def _repr_html_(self) -> str:
+        import pandas as pd
+
+        return pd.DataFrame([self.summary()]).to_html(index=False)
+
+    # -- storage
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data.pop("path")
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Run":
+        known = {f.name for f in fields(cls)}
+        return cls(**{key: value for key, value in data.items() if key in known})
+
+    def save(self, directory: Path | None = None) -> Path:
+        directory = directory or config.results_dir()
+        config.private_dir(directory, 0o755)
+        stamp = self.started_at.replace(":", "").replace("-", "")[:15]
+        path = directory / f"{slug(self.notebook)}--{slug(self.name)}--{stamp}.json"
+        path.write_text(json.dumps(self.to_dict(), indent=1, default=str))
+        path.chmod(0o644)
+        self.path = str(path)
+        return path
+
+    @classmethod
+    def load(cls, path: Path | str) -> "Run":
+        path = Path(path)
+        try:
+            run = cls.from_dict(json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError) as error:
+            raise UsageError(f"{path} is not a readable run record: {error}") from None
+        run.path = str(path)
+        return run
+
+
+def _round(value, digits: int = 1):
+    return None if value is None else round(value, digits)
+
+
+def slug(text: str) -> str:
+    """A file-name-safe form of ``text``.
+
+    >>> slug("02-flash sale/Plain!")
+    '02-flash-sale-plain'
+    """
+    return re.sub(r"[^a-z0-9_.-]+", "-", text.lower()).strip("-") or "run"
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def list_runs(directory: Path | None = None, *, notebook: str | None = None, name: str | None = None) -> list[Run]:
+    """Saved runs, oldest first, optionally of one notebook and/or one run name."""
+    directory = directory or config.results_dir()
+    if not directory.exists():
+        return []
+    runs = []
+    for path in sorted(directory.glob("*.json")):
+        try:
+            run = Run.load(path)
+        except UsageError:
+            continue
+        if notebook and run.notebook != notebook:
+            continue
+        if name and run.name != name:
+            continue
+        runs.append(run)
+    runs.sort(key=lambda run: run.started_at)
+    return runs
+
+
+def latest(runs: list[Run]) -> dict[str, Run]:
+    """The newest run of each name."""
+    newest: dict[str, Run] = {}
+    for run in runs:
+        newest[run.name] = run
+    return newest
+
+
+def runs_frame(runs: list[Run]):
+    import pandas as pd
+
+    return pd.DataFrame([{"started_at": run.started_at, "notebook": run.notebook, **run.summary()} for run in runs])
