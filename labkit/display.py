@@ -37,5 +37,6 @@ def show_run(lab, spec, probes, *, live: bool | None = None):
         handle.update(HTML(f"<b>{spec.name}</b>: pgbench stopped with an error (below)."))
         raise
     # A static figure replaces the widget: it survives saving, HTML export and a closed kernel.
-    handle.update(timeline(run))
+    # (a plotly Figure ignores display ids when shown directly: send its bundle instead)
+    handle.update(timeline(run)._repr_mimebundle_(), raw=True)
     return run

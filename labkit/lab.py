@@ -266,7 +266,11 @@ def start(notebook: str | None = None, *, profile: str | None = None, fresh: boo
     lab = Lab(server, notebook, chosen, messages=messages)
     if not exists:
         _create_extensions(lab, extensions)
+    previous = _LABS.pop(notebook, None)
+    if previous is not None:
+        previous.close()
     _LABS[notebook] = lab
+    atexit.register(lab.close)
     _register_magics(lab)
     return lab
 

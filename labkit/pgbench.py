@@ -514,8 +514,8 @@ def log_frame(source):
 
     if isinstance(source, str) and "\n" in source:
         source = io.StringIO(source)
-    raw = pd.read_csv(source, sep=" ", header=None, names=LOG_COLUMNS, usecols=range(6), dtype=str,
-                      on_bad_lines="skip", engine="c")
+    # 6 fields, 7 with --max-tries (retries), 8 with --rate (schedule lag): missing ones read as NaN.
+    raw = pd.read_csv(source, sep=" ", header=None, names=LOG_COLUMNS, dtype=str, on_bad_lines="skip", engine="c")
     if raw.empty:
         return pd.DataFrame(columns=["end_s", "latency_ms", "status", "script", "client"])
     latency = pd.to_numeric(raw["latency_us"], errors="coerce")

@@ -97,6 +97,10 @@ class Run:
             raise UsageError(f"This run has no probe named {name!r} (it has: {known}).")
         return pd.DataFrame(self.probes[name])
 
+    def __repr__(self) -> str:
+        tps = f"{self.tps:,.0f} tps" if self.tps is not None else "no tps"
+        return f"<Run {self.name!r} of {self.notebook}: {self.clients} clients, {tps}, {self.started_at}>"
+
     def _repr_html_(self) -> str:
         import pandas as pd
 

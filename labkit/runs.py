@@ -179,6 +179,9 @@ class Runner:
                 chart.add_samples(sampler.drain())
         if partial:
             stderr_lines.append(partial)
+        selector.close()
+        process.stdout.close()
+        process.stderr.close()
 
     def _stop(self, process, application_name: str) -> None:
         with contextlib.suppress(ProcessLookupError):

@@ -1,0 +1,95 @@
+"""LABKIT_BACKEND=docker: the image in docker/, started through testcontainers.
+
+Only for machines with a Docker engine. When none answers, labkit says so within a few
+seconds instead of hanging.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import LabkitError
+from .profiles import Profile
+from .server import Status
+
+IMAGE_TAG = "pg-concurrency-labs-postgres:18"
+DOCKER_DIR = Path(__file__).resolve().parent.parent / "docker"
+
+
+def engine_problem(timeout: float = 3.0) -> str | None:
+    """None when a Docker engine answers, else why not (in a few words)."""
+    try:
+        import docker
+    except ImportError:
+        return "the docker Python package is missing (pip install testcontainers)"
+    try:
+        client = docker.from_env(timeout=timeout)
+        client.ping()
+        client.close()
+    except Exception as error:  # noqa: BLE001 - any failure means: no engine to use
+        text = str(error).splitlines()[0] if str(error) else type(error).__name__
+        return f"no Docker engine answers: {text[:120]}"
+    return None
+
+
+class DockerServer:
+    """The bundled image run by testcontainers; the same interface as the embedded server."""
+
+    kind = "docker"
+
+    def __init__(self):
+        self.container = None
+
+    def start(self, profile: Profile, *, watch: bool = True) -> bool:
+        problem = engine_problem()
+        if problem:
+            raise LabkitError(f"LABKIT_BACKEND=docker, but {problem}. Start Docker, or unset LABKIT_BACKEND "
+                              "to use the embedded PostgreSQL.")
+        from testcontainers.core.image import DockerImage
+        from testcontainers.postgres import PostgresContainer
+
+        image = DockerImage(path=str(DOCKER_DIR), tag=IMAGE_TAG)
+        image.build()
+        self.container = PostgresContainer(IMAGE_TAG, username="postgres", password="lab", dbname="postgres",
+                                           driver=None)
+        self.container.with_command(f"postgres -c max_connections={profile.max_connections}")
+        self.container.start()
+        return True
+
+    def stop(self, mode: str = "fast") -> bool:
+        if self.container is None:
+            return False
+        self.container.stop()
+        self.container = None
+        return True
+
+    def restart(self) -> None:
+        self.container.get_wrapped_container().restart()
+
+    def running(self) -> bool:
+        return self.container is not None
+
+    def dsn(self, database: str = "postgres") -> str:
+        if self.container is None:
+            raise LabkitError("The docker server is not started.")
+        host = self.container.get_container_host_ip()
+        port = self.container.get_exposed_port(5432)
+        return f"host={host} port={port} user=postgres password=lab dbname={database}"
+
+    def uri(self, database: str = "postgres") -> str:
+        return self.dsn(database)
+
+    def pgbench_env(self) -> dict[str, str]:
+        return {}
+
+    def register_client(self, pid: int | None = None) -> None:
+        pass
+
+    def unregister_client(self, pid: int | None = None) -> None:
+        pass
+
+    def reap_stale_runs(self) -> list[int]:
+        return []
+
+    def status(self) -> Status:
+        return Status(self.kind, self.running(), None, self.uri() if self.container else None, None, None, 0)

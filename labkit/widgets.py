@@ -1,0 +1,73 @@
+"""A control panel for a run: sliders for clients, duration and the experiment's knobs, a Run button.
+
+The panel only builds parameters and calls :meth:`labkit.lab.Lab.pgbench`; the live chart
+appears below it. Values the server cannot take (more clients than free connections) are
+refused in the panel with a message, before anything starts.
+"""
+
+from __future__ import annotations
+
+from .errors import LabkitError
+
+
+def panel(lab, script: str, *, name: str = "explore", clients: tuple[int, int] = (1, 64), duration: tuple[int, int] = (2, 60),
+          knobs: dict | None = None, before=None, probes=None):
+    """A panel that runs ``script`` with the chosen clients, duration and knobs.
+
+    knobs: ``{"label": [choices]}`` gives a dropdown, ``{"label": (low, high)}`` an integer slider.
+        Each knob's value reaches the script as a pgbench variable (``:label``) and ``before``.
+    before: called as ``before(lab, **knob_values)`` ahead of each run (e.g. to rebuild an index).
+    """
+    import ipywidgets as w
+
+    knobs = knobs or {}
+    low, high = clients
+    default_clients = min(max(lab.profile.clients, low), high)
+    client_box = w.BoundedIntText(value=default_clients, min=1, max=100_000, description="clients")
+    seconds = w.IntSlider(value=min(max(lab.profile.duration_s, duration[0]), duration[1]), min=duration[0],
+                          max=duration[1], description="seconds")
+    knob_widgets = {}
+    for label, choice in knobs.items():
+        if isinstance(choice, tuple):
+            knob_widgets[label] = w.IntSlider(value=choice[0], min=choice[0], max=choice[1], description=label)
+        else:
+            knob_widgets[label] = w.Dropdown(options=list(choice), description=label)
+    button = w.Button(description="Run", button_style="primary", icon="play")
+    message = w.HTML()
+    output = w.Output()
+
+    def check(value: int) -> str | None:
+        if not low <= value <= high:
+            return f"Clients must be between {low} and {high} in this panel."
+        return None
+
+    def on_click(_):
+        count = client_box.value
+        problem = check(count)
+        if problem:
+            message.value = f"<span style='color:#b00'>{problem}</span>"
+            return
+        values = {label: widget.value for label, widget in knob_widgets.items()}
+        message.value = f"Running {name} with {count} clients for {seconds.value} s ..."
+        button.disabled = True
+        output.clear_output()
+        try:
+            with output:
+                if before is not None:
+                    before(lab, **values)
+                options = [item for label, value in values.items() for item in ("-D", f"{label}={value}")]
+                run = lab.pgbench(script, name=name, clients=count, duration=seconds.value, options=options,
+                                  probes=probes, live=True)
+            message.value = f"{name}: {run.tps:,.0f} tps with {count} clients (saved)."
+        except LabkitError as error:
+            message.value = f"<span style='color:#b00'>{error.short}</span>"
+        finally:
+            button.disabled = False
+
+    button.on_click(on_click)
+    controls = w.VBox([client_box, seconds, *knob_widgets.values(), w.HBox([button, message])])
+    box = w.VBox([controls, output])
+    box.run = lambda: on_click(None)  # for tests and headless runs: press the button
+    box.message = message
+    box.clients = client_box
+    return box
