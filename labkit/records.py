@@ -133,7 +133,7 @@ class Run:
         path = Path(path)
         try:
             run = cls.from_dict(json.loads(path.read_text()))
-        except (OSError, ValueError, TypeError) as error:
+        except (OSError, ValueError, TypeError, AttributeError) as error:
             raise UsageError(f"{path} is not a readable run record: {error}") from None
         run.path = str(path)
         return run

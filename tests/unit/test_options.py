@@ -1,0 +1,70 @@
+"""pgbench options as a student types them: accepted, or refused with one clear line."""
+
+from pathlib import Path
+
+import pytest
+
+from labkit.errors import UsageError
+from labkit.pgbench import Script, Spec, build_argv, parse_options
+
+
+def test_common_options():
+    spec = parse_options("-c 64 -j 4 -T 15 -M prepared --name plain -D id=5", script="select 1;")
+    assert (spec.clients, spec.jobs, spec.duration_s, spec.mode, spec.name) == (64, 4, 15, "prepared", "plain")
+    assert spec.defines == (("id", "5"),)
+    assert spec.scripts[0].text == "select 1;"
+
+
+def test_inline_values_and_long_forms():
+    spec = parse_options(["-c8", "--time=3", "--protocol=extended", "--rate", "500"], script="select 1;")
+    assert (spec.clients, spec.duration_s, spec.mode, spec.rate) == (8, 3, "extended", 500)
+
+
+def test_scripts_from_files_with_weights(tmp_path: Path):
+    (tmp_path / "a.sql").write_text("select 1;")
+    (tmp_path / "b.sql").write_text("select 2;")
+    spec = parse_options(["-f", f"{tmp_path}/a.sql@3", "-f", f"{tmp_path}/b.sql", "-T", "2"])
+    assert [(s.name, s.weight) for s in spec.scripts] == [("a.sql", 3), ("b.sql", 1)]
+    argv = build_argv(spec, [Path("0-a.sql"), Path("1-b.sql")])
+    assert argv[-4:] == ["-f", "0-a.sql@3", "-f", "1-b.sql@1"]
+
+
+@pytest.mark.parametrize(
+    ("line", "words"),
+    [
+        ("--bogus", "Unknown pgbench option '--bogus'"),
+        ("-P 5", "progress every second"),
+        ("-h localhost", "labkit.start()"),
+        ("-T 5 -t 10", "either -T"),
+        ("-M fast", "-M must be simple, extended or prepared"),
+        ("-c", "needs a value"),
+        ("-c many", "needs a number"),
+        ("-f /nonexistent/x.sql", "does not exist"),
+        ("-c 0", "at least 1"),
+        ("-c 4 -j 8", "-j must be between 1"),
+    ],
+)
+def test_bad_options_say_what_to_do(line, words):
+    with pytest.raises(UsageError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        parse_options(line, script="select 1;")
+
+
+def test_empty_script_is_refused():
+    with pytest.raises(UsageError, match="script is empty"):
+        parse_options("-c 2", script="  \n")
+
+
+def test_too_many_clients_for_the_server():
+    spec = Spec((Script("a.sql", "select 1;"),), clients=500, duration_s=5)
+    with pytest.raises(UsageError, match=r"500 clients need 500 connections but only 97 are free.*max_connections"):
+        spec.check(max_clients=97)
+
+
+def test_argv_always_reports_progress_and_logs():
+    spec = parse_options("-c 2 -T 3 --sampling-rate 0.1", script="select 1;")
+    argv = build_argv(spec, [Path("s.sql")], log_prefix=Path("tx"), database="dbname=x")
+    assert argv[:4] == ["-n", "-r", "-P", "1"]
+    assert ["-l", "--log-prefix", "tx", "--sampling-rate", "0.1"] == argv[argv.index("-l"):argv.index("-l") + 5]
+    assert argv[-1] == "dbname=x"
+    no_log = parse_options("-c 2 -T 3 --no-log", script="select 1;")
+    assert "-l" not in build_argv(no_log, [Path("s.sql")], log_prefix=Path("tx"))
