@@ -635,16 +635,19 @@ class Stall:
 def find_stalls(points: list[tuple[float, float]], *, fraction: float = 0.1, width: float = 1.0) -> list[Stall]:
     """Intervals whose throughput is below ``fraction`` of the run's median.
 
-    ``points`` are (end of interval, tps). Adjacent stalled intervals merge.
+    ``points`` are (end of interval, tps). The median is taken over the intervals that
+    made progress, so a run that is stalled most of the time still shows its stalls
+    (and a run with no progress at all is one long stall). Adjacent intervals merge.
 
     >>> find_stalls([(1, 100), (2, 0), (3, 5), (4, 100), (5, 98)])
     [Stall(start=1.0, end=3)]
+    >>> find_stalls([(1, 0), (2, 0), (3, 900)])
+    [Stall(start=0.0, end=2)]
     """
     if not points:
         return []
-    median = statistics.median(tps for _, tps in points)
-    if median <= 0:
-        return []
+    moving = [tps for _, tps in points if tps > 0]
+    median = statistics.median(moving) if moving else float("inf")
     stalls: list[Stall] = []
     for end, tps in points:
         if tps < fraction * median:

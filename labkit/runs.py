@@ -117,6 +117,8 @@ class Runner:
         finally:
             process.wait()
             wall_s = time.monotonic() - t0
+            process.stdout.close()
+            process.stderr.close()
             samples = sampler.stop()
             if record:
                 record.unlink(missing_ok=True)
@@ -180,8 +182,6 @@ class Runner:
         if partial:
             stderr_lines.append(partial)
         selector.close()
-        process.stdout.close()
-        process.stderr.close()
 
     def _stop(self, process, application_name: str) -> None:
         with contextlib.suppress(ProcessLookupError):

@@ -37,6 +37,7 @@ from .errors import LabkitError, UsageError, tail
 from .profiles import Profile
 
 SERVICE_USER = "labkit_pg"
+_WATCHDOGS: list[subprocess.Popen] = []
 PORT = 5432
 
 # Settings every lab server gets. Why each one:
@@ -450,14 +451,16 @@ class EmbeddedServer:
                 marker.unlink()
 
     def spawn_watchdog(self) -> None:
-        subprocess.Popen(
+        # Kept referenced (and reaped when done) so that no zombie or warning is left behind.
+        _WATCHDOGS[:] = [process for process in _WATCHDOGS if process.poll() is None]
+        _WATCHDOGS.append(subprocess.Popen(
             [sys.executable, "-m", "labkit.watchdog", str(self.home)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
             close_fds=True,
-        )
+        ))
 
     def reap_stale_runs(self) -> list[int]:
         """Kill pgbench processes whose kernel died (macOS has no parent-death signal)."""

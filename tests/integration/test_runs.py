@@ -1,0 +1,130 @@
+"""pgbench runs against the real server: records, probes, errors, interrupts."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+import labkit
+from labkit.errors import LabkitError, UsageError
+
+pytestmark = pytest.mark.integration
+
+
+def pgbench_children():
+    return [p for p in psutil.Process().children(recursive=True) if p.name() == "pgbench"]
+
+
+def leftover_backends(lab):
+    return lab.value("select count(*) from pg_stat_activity where application_name like 'labkit-run-%'")
+
+
+def test_run_with_probes_is_recorded(lab, hot_row):
+    counter = labkit.probe("updates", "select n from hot where id = 1", every=0.5)
+    run = lab.pgbench("update hot set n = n + 1 where id = 1;", name="hot", clients=4, duration=3,
+                      probes=[labkit.WAIT_EVENTS, counter])
+    assert run.transactions > 0 and run.failures == 0
+    # pgbench may skip the last progress line when it coincides with the end of -T
+    assert [p["t"] for p in run.per_second] in ([1.0, 2.0], [1.0, 2.0, 3.0])
+    assert run.fine_width_s == 0.1 and 25 <= len(run.fine) <= 31
+    assert 0 < run.latency_ms["p50"] <= run.latency_ms["p99"] <= run.latency_ms["max"]
+    waits = {sample["t"] for sample in run.probes["waits"]}
+    assert len(waits) >= 8  # every 250 ms over 3 s
+    values = [sample["n"] for sample in run.probes["updates"]]
+    assert values == sorted(values) and values[-1] > values[0]
+    saved = json.loads(Path(run.path).read_text())
+    assert saved["name"] == "hot" and saved["clients"] == 4 and saved["server"]["version"].startswith("18")
+    assert saved["wall_s"] >= 3 and saved["overrun_s"] < 2
+    assert lab.value("select n from hot where id = 1") == run.transactions
+
+
+def test_several_weighted_scripts(lab, hot_row, tmp_path):
+    (tmp_path / "write.sql").write_text("update hot set n = n + 1 where id = 1;\n")
+    (tmp_path / "read.sql").write_text("select n from hot where id = 1;\n")
+    run = lab.pgbench(name="mixed", clients=2, duration=2,
+                      options=["-f", f"{tmp_path}/write.sql@3", "-f", f"{tmp_path}/read.sql@1"])
+    commands = {statement["command"] for statement in run.statements}
+    assert commands == {"update hot set n = n + 1 where id = 1;", "select n from hot where id = 1;"}
+
+
+def test_sql_error_in_the_script_shows_pgbench_message(lab):
+    with pytest.raises(LabkitError, match='pgbench stopped: ERROR:  relation "missing_table" does not exist'):
+        lab.pgbench("select * from missing_table;", name="broken", clients=2, duration=2)
+
+
+def test_too_many_clients(lab):
+    limit = int(lab.value("show max_connections"))
+    with pytest.raises(UsageError, match=f"{limit + 10} clients need .*max_connections"):
+        lab.pgbench("select 1;", clients=limit + 10, duration=1)
+
+
+def test_a_stall_and_the_overrun_it_causes(lab, hot_row):
+    holder = lab.session("stall-holder")
+    holder.run("begin; update hot set n = n where id = 1")
+    timer = threading.Timer(2.5, lambda: holder.connection.cancel_safe() or None)
+    release = threading.Timer(2.5, lambda: lab.value("select pg_terminate_backend(%s)", (holder.pid,)))
+    release.start()
+    run = lab.pgbench("update hot set n = n + 1 where id = 1;", name="stalled", clients=2, duration=4)
+    release.cancel()
+    timer.cancel()
+    assert run.stalls and run.stalls[0]["start"] == 0.0 and run.stalls[0]["end"] >= 2.0
+    zero_bins = [b for b in run.fine if b["tps"] == 0]
+    assert len(zero_bins) >= 15  # the 100 ms bins see the 2.5 s wait too
+    lab.sessions.sessions.pop("stall-holder").close()
+
+
+def test_interrupt_stops_pgbench_and_its_backends(lab, hot_row):
+    holder = lab.session("int-holder")
+    holder.run("begin; update hot set n = n where id = 1")  # pgbench's clients will wait on this lock
+    threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        lab.pgbench("update hot set n = n + 1 where id = 1;", name="interrupted", clients=3, duration=30)
+    assert time.monotonic() - started < 8
+    assert pgbench_children() == []
+    deadline = time.monotonic() + 5
+    while leftover_backends(lab) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert leftover_backends(lab) == 0
+    holder.run("rollback")
+
+
+def test_one_run_at_a_time(lab):
+    results = {}
+
+    def background():
+        try:
+            lab.pgbench("select pg_sleep(0.05);", name="first", clients=1, duration=3)
+        except Exception as error:  # noqa: BLE001
+            results["first"] = error
+
+    thread = threading.Thread(target=background)
+    thread.start()
+    time.sleep(1)
+    with pytest.raises(UsageError, match="already going on in this kernel"):
+        lab.pgbench("select 1;", name="second", clients=1, duration=1)
+    thread.join()
+    assert "first" not in results
+
+
+def test_a_killed_kernel_leaves_no_pgbench(tmp_path):
+    code = ("import labkit; lab = labkit.start('tests');"
+            "lab.pgbench('select pg_sleep(0.1);', name='orphan', clients=2, duration=60, live=False)")
+    kernel = subprocess.Popen([sys.executable, "-c", code], env=os.environ.copy())
+    deadline = time.monotonic() + 30
+    children = []
+    while not children and time.monotonic() < deadline:
+        time.sleep(0.3)
+        children = [p for p in psutil.Process(kernel.pid).children(recursive=True) if p.name() == "pgbench"]
+    assert children, "pgbench did not start"
+    kernel.kill()  # what nbval does to a kernel
+    kernel.wait()
+    gone, alive = psutil.wait_procs(children, timeout=5)
+    assert alive == []

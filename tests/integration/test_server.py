@@ -1,0 +1,115 @@
+"""The embedded server: start, reuse, settings, restart, recovery, and no TCP listener."""
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import psycopg
+import pytest
+
+import labkit
+from labkit.errors import LabkitError
+from labkit.profiles import Profile
+from labkit.server import EmbeddedServer
+
+pytestmark = pytest.mark.integration
+
+
+def test_start_reuses_the_running_server(lab):
+    server = EmbeddedServer()
+    assert server.running()
+    assert server.start(Profile.named("ci"), watch=False) is False  # already running: reused
+    again = labkit.start("tests")
+    assert again.database == lab.database == "lab_tests"
+    assert again.value("select current_setting('server_version_num')::int") >= 180000
+    again.close()
+
+
+def test_lab_settings_and_no_network(lab):
+    settings = lab.settings().set_index("name")["setting"]
+    assert settings["listen_addresses"] == ""
+    assert settings["shared_preload_libraries"] == "pg_stat_statements"
+    assert settings["synchronous_commit"] == "off"
+    assert lab.value("select count(*) from pg_extension where extname = 'pg_stat_statements'") == 1
+    server = EmbeddedServer()
+    postmaster = psutil.Process(server.pid())
+    assert [c for c in postmaster.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN] == []
+    assert oct(server.socket_dir.stat().st_mode & 0o777) == "0o700"
+
+
+def test_setting_that_needs_a_restart(lab):
+    before = int(lab.value("show max_connections"))
+    changed = lab.set(max_connections=before + 5)
+    assert changed.loc[0, "restarted"]
+    assert int(changed.loc[0, "after"]) == before + 5
+    assert int(lab.value("show max_connections")) == before + 5
+    reloaded = lab.set(work_mem="8MB")
+    assert not reloaded.loc[0, "restarted"]
+    lab.set(max_connections=before)
+
+
+def test_unknown_setting_is_refused(lab):
+    with pytest.raises(labkit.UsageError, match="Unknown setting"):
+        lab.set(max_conections=10)
+
+
+def test_a_killed_server_is_recovered_by_the_next_start():
+    home = Path(tempfile.mkdtemp(prefix="labkit-kill-"))
+    os.environ_backup = dict(os.environ)
+    server = EmbeddedServer(home)
+    try:
+        server.start(Profile.named("ci"), watch=False)
+        os.kill(server.pid(), signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while server.pid() is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert (server.data_dir / "postmaster.pid").exists()  # the stale handle it left
+        assert server.start(Profile.named("ci"), watch=False) is True
+        with psycopg.connect(server.dsn(), connect_timeout=5) as connection:
+            assert connection.execute("select 1").fetchone() == (1,)
+    finally:
+        server.stop(mode="immediate")
+        subprocess.run(["rm", "-rf", str(home)], check=False)
+
+
+def test_watchdog_stops_an_unused_server():
+    home = Path(tempfile.mkdtemp(prefix="labkit-idle-"))
+    env = {**os.environ, "LABKIT_HOME": str(home), "LABKIT_IDLE_STOP": "1"}
+    code = "import labkit; lab = labkit.start('idle'); print(lab.value('select 1'))"
+    try:
+        # The kernel-like process exits (as if killed): nothing uses the server any more.
+        subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, timeout=60)
+        server = EmbeddedServer(home)
+        deadline = time.monotonic() + 20
+        while server.running() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert not server.running()
+    finally:
+        EmbeddedServer(home).stop(mode="immediate")
+        subprocess.run(["rm", "-rf", str(home)], check=False)
+
+
+def test_bad_dsn_fails_fast_with_a_sentence(monkeypatch):
+    monkeypatch.setenv("LABKIT_DSN", "host=/nonexistent-dir port=5 user=nobody dbname=x")
+    started = time.monotonic()
+    with pytest.raises(LabkitError, match="Could not connect to LABKIT_DSN"):
+        labkit.start("external")
+    assert time.monotonic() - started < 10
+
+
+def test_external_server_reports_settings_it_did_not_apply(monkeypatch, lab):
+    monkeypatch.setenv("LABKIT_DSN", EmbeddedServer().dsn("postgres"))
+    lab.set(synchronous_commit="on")
+    try:
+        external = labkit.start("external")
+        assert external.server.kind == "external"
+        assert any("did not apply" in m and "synchronous_commit=off (server: on)" in m for m in external.messages)
+        assert external.value("select current_database()") == "lab_external"
+        external.close()
+    finally:
+        lab.set(synchronous_commit="off")

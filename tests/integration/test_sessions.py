@@ -1,0 +1,66 @@
+"""Named sessions block and unblock each other without freezing the caller."""
+
+import time
+
+import pytest
+
+from labkit.sessions import Failed, Result, Waiting
+
+pytestmark = pytest.mark.integration
+
+
+def test_blocked_session_is_reported_and_finishes_after_commit(lab, hot_row):
+    t1, t2 = lab.session("T1"), lab.session("T2")
+    assert isinstance(t1.run("begin; update hot set n = n + 1 where id = 1"), Result)
+    started = time.monotonic()
+    waiting = t2.run("update hot set n = n + 1 where id = 1")
+    assert isinstance(waiting, Waiting)
+    assert time.monotonic() - started < 3
+    assert waiting.blocked_by == ("T1",)
+    assert waiting.wait_event == "Lock: transactionid"
+    assert "T2 is waiting for a lock held by T1" in waiting.message()
+    blockers = lab.sql("select application_name, pg_blocking_pids(pid) from pg_stat_activity "
+                       "where application_name = 'labkit-T2'")
+    assert list(blockers.iloc[0, 1]) == [t1.pid]
+    assert t1.run("commit").statuses == ("COMMIT",)
+    finished = lab.sessions.finished_elsewhere("T1", settle_s=5)
+    assert [(o.session, o.statuses) for o in finished] == [("T2", ("UPDATE 1",))]
+    assert lab.value("select n from hot where id = 1") == 2
+
+
+def test_skip_locked_and_advisory_lock_return_at_once(lab, hot_row):
+    t1, t2 = lab.session("S1"), lab.session("S2")
+    t1.run("begin; select * from hot where id = 1 for update; select pg_advisory_lock(1)")
+    skipped = t2.run("select * from hot where id = 1 for update skip locked")
+    assert isinstance(skipped, Result) and skipped.frame.empty
+    tried = t2.run("select pg_try_advisory_xact_lock(1) as got")
+    assert bool(tried.frame.loc[0, "got"]) is False
+    t1.run("commit; select pg_advisory_unlock(1)")
+
+
+def test_lock_timeout_guards_a_session(lab, hot_row):
+    holder = lab.session("H1")
+    holder.run("begin; update hot set n = n where id = 1")
+    impatient = lab.session("H2", lock_timeout="300ms")
+    outcome = impatient.run("update hot set n = n where id = 1", report_wait_after=30)
+    assert isinstance(outcome, Failed)
+    assert outcome.sqlstate == "55P03"
+    assert outcome.error.startswith("ERROR:  canceling statement due to lock timeout")
+    holder.run("rollback")
+
+
+def test_sql_errors_are_one_short_message(lab):
+    outcome = lab.session("main").run("select * from no_such_table")
+    assert isinstance(outcome, Failed)
+    assert outcome.error.splitlines()[0] == 'ERROR:  relation "no_such_table" does not exist'
+    assert "Traceback" not in outcome.error
+
+
+def test_a_busy_session_refuses_a_second_statement(lab, hot_row):
+    holder, waiter = lab.session("B1"), lab.session("B2")
+    holder.run("begin; update hot set n = n where id = 1")
+    assert isinstance(waiter.run("update hot set n = n where id = 1"), Waiting)
+    with pytest.raises(Exception, match="still running its previous statement"):
+        waiter.run("select 1")
+    waiter.cancel()
+    holder.run("rollback")
