@@ -1,0 +1,89 @@
+"""The notebook surface: %%sql and %%pgbench in an IPython shell, the panel, the CLI."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from IPython.core.error import UsageError as IPythonUsageError
+from IPython.testing.globalipapp import start_ipython
+
+from labkit.magics import register
+from labkit.widgets import panel
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def shell(lab):
+    ip = start_ipython()
+    register(ip, lab)
+    return ip
+
+
+def test_sql_magic_returns_a_frame_and_stores_it(shell):
+    frame = shell.run_cell_magic("sql", "--out answer", "select 42 as answer")
+    assert frame.loc[0, "answer"] == 42
+    assert shell.user_ns["answer"].equals(frame)
+
+
+def test_sql_magic_prints_errors_in_one_line(shell, capsys):
+    assert shell.run_cell_magic("sql", "", "select * from nowhere") is None
+    err = capsys.readouterr().err
+    assert err.strip() == 'ERROR:  relation "nowhere" does not exist'
+
+
+def test_sql_magic_sessions_block_and_report(shell, hot_row, capsys):
+    shell.run_cell_magic("sql", "--session M1", "begin; update hot set n = n + 1 where id = 1;")
+    shell.run_cell_magic("sql", "--session M2", "update hot set n = n + 1 where id = 1;  -- BLOCKS")
+    assert "M2 is waiting for a lock held by M1" in capsys.readouterr().out
+    shell.run_cell_magic("sql", "--session M1", "commit;")
+    out = capsys.readouterr().out
+    assert "M1: COMMIT" in out and "Meanwhile M2's waiting statement finished" in out and "M2: UPDATE 1" in out
+
+
+def test_pgbench_magic_runs_and_refuses_bad_options(shell, hot_row):
+    run = shell.run_cell_magic("pgbench", "-c 2 -T 2 --name magic", "update hot set n = n + 1 where id = 1;")
+    assert run.name == "magic" and run.transactions > 0
+    with pytest.raises(IPythonUsageError, match="Unknown pgbench option '--bogus'"):
+        shell.run_cell_magic("pgbench", "--bogus", "select 1;")
+    with pytest.raises(IPythonUsageError, match="--probes nothing: define it first"):
+        shell.run_cell_magic("pgbench", "-c 1 -T 1 --probes nothing", "select 1;")
+
+
+def test_panel_refuses_out_of_range_and_runs(lab, hot_row):
+    box = panel(lab, "update hot set n = n + :step where id = 1;", name="panel", clients=(1, 4),
+                duration=(1, 2), knobs={"step": [1, 2]})
+    box.clients.value = 50
+    box.run()
+    assert "between 1 and 4" in box.message.value
+    box.clients.value = 2
+    box.run()
+    assert box.message.value.startswith("panel:") and "tps with 2 clients" in box.message.value
+
+
+def test_cli_status_and_pgbench(tmp_path):
+    status = subprocess.run([sys.executable, "-m", "labkit", "server", "status"], capture_output=True, text=True,
+                            check=True, env=os.environ.copy())
+    assert "backend:  embedded (running)" in status.stdout
+    assert "uri:      postgresql://postgres@/postgres?host=" in status.stdout
+    script = tmp_path / "one.sql"
+    script.write_text("select 1;\n")
+    out = tmp_path / "run.json"
+    result = subprocess.run([sys.executable, "-m", "labkit", "pgbench", "-c", "2", "-T", "2", "-f", str(script),
+                             "--name", "cli-run", "--json", str(out)], capture_output=True, text=True,
+                            env=os.environ.copy(), timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "progress: 1.0 s" in result.stdout
+    assert json.loads(out.read_text())["name"] == "cli-run"
+    bad = subprocess.run([sys.executable, "-m", "labkit", "pgbench", "--bogus"], capture_output=True, text=True,
+                         env=os.environ.copy(), timeout=60)
+    assert bad.returncode == 2 and bad.stderr.startswith("error: Unknown pgbench option '--bogus'")
+
+
+def test_cli_doctor():
+    result = subprocess.run([sys.executable, "-m", "labkit", "doctor"], capture_output=True, text=True, check=True,
+                            env=os.environ.copy(), timeout=120)
+    assert "embedded PostgreSQL" in result.stdout and "pgbench (PostgreSQL) 18" in result.stdout
+    assert "perf" in result.stdout and "docker engine" in result.stdout
