@@ -90,7 +90,7 @@ def test_stalls_found_in_the_recorded_lock_wait():
 
 @pytest.mark.parametrize("version", ["18", "15"])
 def test_transaction_log_bins_and_percentiles(version):
-    frame = pgbench.log_frame(DATA / f"pgbench{version}_txlog.log")
+    frame = pgbench.log_frame(DATA / f"pgbench{version}_txlog.txlog")
     assert len(frame) == 300
     start = pgbench.log_start(frame)
     bins = pgbench.bin_log(frame, start, 0.1)
@@ -100,7 +100,7 @@ def test_transaction_log_bins_and_percentiles(version):
 
 
 def test_transaction_log_with_failed_transactions():
-    frame = pgbench.log_frame(DATA / "pgbench18_txlog_retries.log")
+    frame = pgbench.log_frame(DATA / "pgbench18_txlog_retries.txlog")
     failed = frame[frame["status"] == "failed"]
     assert len(failed) > 0 and failed["latency_ms"].isna().all()
     bins = pgbench.bin_log(frame, pgbench.log_start(frame), 0.1)
