@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .errors import LabkitError
 from .profiles import Profile
-from .server import Status
+from .server import Status, UnmanagedServer
 
 IMAGE_TAG = "pg-concurrency-labs-postgres:18"
 DOCKER_DIR = Path(__file__).resolve().parent.parent / "docker"
@@ -32,7 +32,7 @@ def engine_problem(timeout: float = 3.0) -> str | None:
     return None
 
 
-class DockerServer:
+class DockerServer(UnmanagedServer):
     """The bundled image run by testcontainers; the same interface as the embedded server."""
 
     kind = "docker"
@@ -78,18 +78,6 @@ class DockerServer:
 
     def uri(self, database: str = "postgres") -> str:
         return self.dsn(database)
-
-    def pgbench_env(self) -> dict[str, str]:
-        return {}
-
-    def register_client(self, pid: int | None = None) -> None:
-        pass
-
-    def unregister_client(self, pid: int | None = None) -> None:
-        pass
-
-    def reap_stale_runs(self) -> list[int]:
-        return []
 
     def status(self) -> Status:
         return Status(self.kind, self.running(), None, self.uri() if self.container else None, None, None, 0)

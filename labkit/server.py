@@ -502,7 +502,23 @@ class EmbeddedServer:
 # --------------------------------------------------------------------------- external
 
 
-class ExternalServer:
+class UnmanagedServer:
+    """What a server labkit does not run itself lacks: no local kernels, no pgbench registry."""
+
+    def pgbench_env(self) -> dict[str, str]:
+        return {}
+
+    def register_client(self, pid: int | None = None) -> None:
+        pass
+
+    def unregister_client(self, pid: int | None = None) -> None:
+        pass
+
+    def reap_stale_runs(self) -> list[int]:
+        return []
+
+
+class ExternalServer(UnmanagedServer):
     """Any PostgreSQL given by LABKIT_DSN: labkit starts and stops nothing."""
 
     kind = "external"
@@ -534,18 +550,6 @@ class ExternalServer:
 
     def uri(self, database: str | None = None) -> str:
         return self.dsn(database)
-
-    def pgbench_env(self) -> dict[str, str]:
-        return {}
-
-    def register_client(self, pid: int | None = None) -> None:
-        pass
-
-    def unregister_client(self, pid: int | None = None) -> None:
-        pass
-
-    def reap_stale_runs(self) -> list[int]:
-        return []
 
     def status(self) -> Status:
         return Status(self.kind, True, None, self.base, None, None, 0)

@@ -113,3 +113,13 @@ def test_external_server_reports_settings_it_did_not_apply(monkeypatch, lab):
         external.close()
     finally:
         lab.set(synchronous_commit="off")
+
+
+def test_docker_backend_without_an_engine_says_so_quickly(monkeypatch):
+    # An engine address where none answers (also on machines that have one elsewhere).
+    monkeypatch.setenv("LABKIT_BACKEND", "docker")
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    started = time.monotonic()
+    with pytest.raises(LabkitError, match="LABKIT_BACKEND=docker, but no Docker engine answers"):
+        labkit.start("docker")
+    assert time.monotonic() - started < 10
