@@ -22,13 +22,16 @@ def engine_problem(timeout: float = 3.0) -> str | None:
         import docker
     except ImportError:
         return "the docker Python package is missing (pip install testcontainers)"
+    client = None
     try:
         client = docker.from_env(timeout=timeout)
         client.ping()
-        client.close()
     except Exception as error:  # noqa: BLE001 - any failure means: no engine to use
         text = str(error).splitlines()[0] if str(error) else type(error).__name__
         return f"no Docker engine answers: {text[:120]}"
+    finally:
+        if client is not None:
+            client.close()
     return None
 
 

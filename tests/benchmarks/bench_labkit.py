@@ -67,15 +67,23 @@ def main() -> None:
                                      script=SCRIPT)
         runner = lab.runner()
         raw_tps, labkit_tps, no_probe_tps, probe_share = [], [], [], []
-        for _ in range(args.repeats):
-            raw_tps.append(raw_pgbench(client_binary("pgbench"), lab, spec, runner.env))
-            chart = LiveChart("bench", ["waits"])
-            run = runner.run(spec, probes=[WAIT_EVENTS], chart=chart)
-            labkit_tps.append(run.tps)
-            plain = runner.run(pgbench.parse_options(["-c", str(args.clients), "-T", str(args.seconds), "--no-log",
-                                                      "--name", "bench-plain"], script=SCRIPT), probes=[])
-            no_probe_tps.append(plain.tps)
+        bare = pgbench.parse_options(["-c", str(args.clients), "-T", str(args.seconds), "--no-log",
+                                      "--name", "bench-plain"], script=SCRIPT)
+
+        def full():
+            run = runner.run(spec, probes=[WAIT_EVENTS], chart=LiveChart("bench", ["waits"]))
             probe_share.append(len(run.probes["waits"]))
+            labkit_tps.append(run.tps)
+
+        variants = [
+            lambda: raw_tps.append(raw_pgbench(client_binary("pgbench"), lab, spec, runner.env)),
+            full,
+            lambda: no_probe_tps.append(runner.run(bare, probes=[]).tps),
+        ]
+        for repetition in range(args.repeats):
+            # rotate the order so that no variant always runs first (the table grows as it goes)
+            for index in range(len(variants)):
+                variants[(index + repetition) % len(variants)]()
         lab.close()
 
         def median(values):
