@@ -22,6 +22,11 @@ def engine_problem(timeout: float = 3.0) -> str | None:
         import docker
     except ImportError:
         return "the docker Python package is missing (pip install testcontainers)"
+    import os
+
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if host.startswith("unix://") and not os.path.exists(host[len("unix://"):]):
+        return f"no Docker engine answers: there is no socket at {host[len('unix://'):]}"
     client = None
     try:
         client = docker.from_env(timeout=timeout)
