@@ -37,7 +37,6 @@ from .errors import LabkitError, UsageError, tail
 from .profiles import Profile
 
 SERVICE_USER = "labkit_pg"
-_WATCHDOGS: list[subprocess.Popen] = []
 PORT = 5432
 
 # Settings every lab server gets. Why each one:
@@ -451,16 +450,15 @@ class EmbeddedServer:
                 marker.unlink()
 
     def spawn_watchdog(self) -> None:
-        # Kept referenced (and reaped when done) so that no zombie or warning is left behind.
-        _WATCHDOGS[:] = [process for process in _WATCHDOGS if process.poll() is None]
-        _WATCHDOGS.append(subprocess.Popen(
-            [sys.executable, "-m", "labkit.watchdog", str(self.home)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            close_fds=True,
-        ))
+        """Start the watchdog detached: a short-lived parent launches it in its own session and
+        exits, so it is never this kernel's child (no zombie, no warning at exit)."""
+        launcher = (
+            "import subprocess, sys; subprocess.Popen([sys.executable, '-m', 'labkit.watchdog', sys.argv[1]], "
+            "stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, "
+            "start_new_session=True, close_fds=True)"
+        )
+        subprocess.run([sys.executable, "-c", launcher, str(self.home)], check=False, timeout=30,
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def reap_stale_runs(self) -> list[int]:
         """Kill pgbench processes whose kernel died (macOS has no parent-death signal)."""

@@ -60,7 +60,6 @@ def test_unknown_setting_is_refused(lab):
 
 def test_a_killed_server_is_recovered_by_the_next_start():
     home = Path(tempfile.mkdtemp(prefix="labkit-kill-"))
-    os.environ_backup = dict(os.environ)
     server = EmbeddedServer(home)
     try:
         server.start(Profile.named("ci"), watch=False)
