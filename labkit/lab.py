@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import os
 import re
+import time
 
 import psycopg
 from psycopg import sql as pgsql
@@ -119,8 +120,6 @@ class Lab:
                 connection.execute("select pg_reload_conf()")
         except psycopg.Error as error:
             raise LabkitError(f"Could not change the settings: {error.diag.message_primary or error}") from None
-        import time
-
         time.sleep(0.2)  # the reload is asynchronous
         pending = self.settings(*settings)
         restart = bool(pending["pending_restart"].any())

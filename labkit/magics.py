@@ -53,10 +53,7 @@ class LabMagics(Magics):
     @cell_magic
     def sql(self, line, cell):
         """Run the cell's SQL in the lab database (in a named session with --session)."""
-        try:
-            args = parse_argstring(self.sql, line)
-        except IPythonUsageError:
-            raise
+        args = parse_argstring(self.sql, line)
         timeouts = {k: v for k, v in (("lock_timeout", args.lock_timeout),
                                       ("statement_timeout", args.statement_timeout)) if v}
         try:

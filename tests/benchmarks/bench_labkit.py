@@ -18,7 +18,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 SCRIPT = "\\set id random(1, 1000)\nupdate bench set n = n + 1 where id = :id;\n"
 FIRST_QUERY = (
