@@ -6,6 +6,7 @@
     run = lab.pgbench("select 1;", clients=4, duration=5)
 """
 
+from . import article, charts
 from .errors import LabkitError, UsageError
 from .lab import Lab, start
 from .probes import WAIT_EVENTS, Probe, probe
@@ -13,7 +14,7 @@ from .profiles import Profile, current as profile
 from .records import Run, list_runs
 
 __all__ = [
-    "WAIT_EVENTS", "Lab", "LabkitError", "Probe", "Profile", "Run", "UsageError",
+    "WAIT_EVENTS", "Lab", "article", "charts", "LabkitError", "Probe", "Profile", "Run", "UsageError",
     "list_runs", "probe", "profile", "start",
 ]
 

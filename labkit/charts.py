@@ -9,10 +9,12 @@
 from __future__ import annotations
 
 from .pgbench import Progress, find_stalls
+from .probes import WORK
 from .records import Run
 
 STALL_COLOR = "rgba(214, 39, 40, 0.15)"
 TPS_COLOR = "#1f77b4"
+GOODPUT_COLOR = "#2ca02c"
 FINE_COLOR = "rgba(31, 119, 180, 0.35)"
 LATENCY_COLOR = "#ff7f0e"
 WAIT_COLORS = {
@@ -40,7 +42,7 @@ def _rows(probe_names: list[str]) -> list[str]:
     rows = ["tps", "latency"]
     if "waits" in probe_names:
         rows.append("waits")
-    rows += [name for name in probe_names if name != "waits"]
+    rows += [name for name in probe_names if name not in ("waits", WORK)]
     return rows
 
 
@@ -99,6 +101,24 @@ def _probe_traces(name: str, samples: list[dict]):
     ]
 
 
+def work_rates(samples: list[dict]) -> list[tuple[float, float]]:
+    """Work per second between consecutive samples of a work counter (at the later sample's time).
+
+    >>> work_rates([{"t": 0.0, "work": 0}, {"t": 1.0, "work": 50}, {"t": 2.0, "work": 150}])
+    [(1.0, 50.0), (2.0, 100.0)]
+    """
+    points = [(row["t"], row["work"]) for row in samples if row.get("work") is not None]
+    return [(round(t1, 3), round((w1 - w0) / (t1 - t0), 1))
+            for (t0, w0), (t1, w1) in zip(points, points[1:]) if t1 > t0]
+
+
+def _goodput_trace(samples: list[dict]):
+    go, _ = _go()
+    rates = work_rates(samples)
+    return go.Scatter(x=[t for t, _ in rates], y=[r for _, r in rates], name="goodput (work per second)",
+                      mode="lines+markers", line=dict(color=GOODPUT_COLOR, width=2, dash="dot"))
+
+
 def timeline(run: Run, *, title: str | None = None, probes: list[str] | None = None):
     """One run over time, with stalls (seconds below 10% of the median TPS) shaded."""
     go, _ = _go()
@@ -112,6 +132,8 @@ def timeline(run: Run, *, title: str | None = None, probes: list[str] | None = N
                                     line=dict(color=FINE_COLOR, width=1)), row=1, col=1)
     figure.add_trace(go.Scatter(x=[p["t"] for p in seconds], y=[p["tps"] for p in seconds], name="tps per second",
                                 mode="lines+markers", line=dict(color=TPS_COLOR, width=2)), row=1, col=1)
+    if run.probes.get(WORK):
+        figure.add_trace(_goodput_trace(run.probes[WORK]), row=1, col=1)
     figure.add_trace(go.Scatter(x=[p["t"] for p in seconds], y=[p["lat_ms"] for p in seconds], name="latency avg",
                                 mode="lines+markers", line=dict(color=LATENCY_COLOR)), row=2, col=1)
     if run.fine:
@@ -137,6 +159,8 @@ class LiveChart:
                                          line=dict(color=TPS_COLOR, width=2)), row=1, col=1)
         self.figure.add_trace(go.Scatter(x=[], y=[], name="latency avg", mode="lines+markers",
                                          line=dict(color=LATENCY_COLOR)), row=2, col=1)
+        if WORK in probe_names:
+            self.figure.add_trace(_goodput_trace([]), row=1, col=1)
         self.points: list[tuple[float, float]] = []
         self.latencies: list[float | None] = []
         self.waits: list[dict] = []
@@ -156,6 +180,12 @@ class LiveChart:
 
     def add_samples(self, fresh: dict[str, list[dict]]) -> None:
         for name, rows in fresh.items():
+            if name == WORK:
+                self.probe_samples[name].extend(rows)
+                goodput = next(t for t in self.figure.data if t.name == _goodput_trace([]).name)
+                rates = work_rates(self.probe_samples[name])
+                goodput.x, goodput.y = [t for t, _ in rates], [r for _, r in rates]
+                continue
             if name not in self.rows:
                 continue
             self.probe_samples[name].extend(rows)
@@ -190,4 +220,32 @@ def compare(runs: list[Run], *, metric: str = "tps", title: str | None = None):
     figure.update_layout(title=title or "runs compared", template="plotly_white", height=420, barmode="group",
                          legend=dict(orientation="h", y=-0.2))
     figure.update_xaxes(title_text="seconds", row=1, col=1)
+    return figure
+
+
+def sweep(runs: list[Run], *, title: str | None = None):
+    """Throughput against clients, one colour per method: pgbench's tps (solid) and goodput (dashed).
+
+    A method is ``run.extra["method"]`` (what :meth:`labkit.lab.Lab.sweep` records) or the run's name;
+    of several runs with the same method and clients, the newest counts.
+    """
+    go, _ = _go()
+    palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
+    points: dict[str, dict[int, Run]] = {}
+    for run in sorted(runs, key=lambda r: r.started_at):
+        points.setdefault(run.extra.get("method", run.name), {})[run.clients] = run
+    figure = go.Figure()
+    for index, (method, by_clients) in enumerate(points.items()):
+        color = palette[index % len(palette)]
+        clients = sorted(by_clients)
+        figure.add_trace(go.Scatter(x=clients, y=[by_clients[c].tps for c in clients], name=f"{method}: tps",
+                                    mode="lines+markers", line=dict(color=color), legendgroup=method))
+        if any("goodput" in by_clients[c].extra for c in clients):
+            figure.add_trace(go.Scatter(x=clients, y=[by_clients[c].extra.get("goodput") for c in clients],
+                                        name=f"{method}: goodput", mode="lines+markers", legendgroup=method,
+                                        line=dict(color=color, dash="dash"), marker_symbol="diamond"))
+    figure.update_layout(title=title or "throughput by number of clients", template="plotly_white", height=450,
+                         legend=dict(orientation="h", y=-0.2), hovermode="x unified")
+    figure.update_xaxes(type="log", title_text="clients (log scale)")
+    figure.update_yaxes(title_text="per second", rangemode="tozero")
     return figure

@@ -145,12 +145,15 @@ class Lab:
     def pgbench(self, script: str = "", *, name: str = "run", clients: int | None = None,
                 duration: float | None = None, transactions: int | None = None, jobs: int | None = None,
                 mode: str = "simple", options: str | list[str] = (), probes: list[Probe] | None = None,
-                live: bool | None = None, save: bool = True):
+                live: bool | None = None, work: str | None = None):
         """Run ``script`` with pgbench; returns the :class:`~labkit.records.Run` (also saved).
 
         ``options`` takes any other pgbench option as on the command line (e.g. ``"-D n=5 -R 500"``).
         ``probes`` defaults to the wait-event probe; pass ``[]`` for none.
         ``live`` shows the live chart (default: when running in a notebook).
+        ``work`` is SQL returning one number, the work done so far (e.g. ``select count(*) from done``):
+        it is sampled every second and before and after the run, giving ``extra.work``,
+        ``extra.goodput`` (work per second, comparable to tps) and ``extra.useful`` (work per transaction).
         """
         argv = list(options.split() if isinstance(options, str) else options)
         argv += ["-c", str(clients or self.profile.clients), "-M", mode, "--name", name]
@@ -161,16 +164,58 @@ class Lab:
         else:
             argv += ["-T", str(duration or self.profile.duration_s)]
         spec = pgbench.parse_options(argv, script=script)
-        return self.run(spec, probes=probes, live=live)
+        return self.run(spec, probes=probes, live=live, work=work)
 
-    def run(self, spec: pgbench.Spec, *, probes: list[Probe] | None = None, live: bool | None = None):
+    def run(self, spec: pgbench.Spec, *, probes: list[Probe] | None = None, live: bool | None = None,
+            work: str | None = None):
         """Run a parsed :class:`~labkit.pgbench.Spec` (what ``%%pgbench`` does)."""
         from .display import show_run
 
         probes = [WAIT_EVENTS] if probes is None else list(probes)
-        run = show_run(self, spec, probes, live=live)
+        run = show_run(self, spec, probes, live=live, work=work)
         self.last_run = run
         return run
+
+    def sweep(self, scripts: dict[str, str], clients: list[int], *, duration: float | None = None,
+              mode: str = "simple", work: str | None = None, before=None, probes: list[Probe] | None = None):
+        """Run every script at every number of clients; returns the runs (saved as ``sweep-<name>``).
+
+        before: called as ``before(lab, name, clients)`` ahead of each run (e.g. to vacuum).
+        Draw the result with :func:`labkit.charts.sweep`. Progress is printed one line per run.
+        """
+        self.need_connections(max(clients))
+        runs = []
+        for count in clients:
+            for name, script in scripts.items():
+                if before is not None:
+                    before(self, name, count)
+                run = self.pgbench(script, name=f"sweep-{name}", clients=count, duration=duration, mode=mode,
+                                   probes=[] if probes is None else probes, live=False, work=work)
+                run.extra["method"] = name
+                run.save()  # the same file, now with the method
+                runs.append(run)
+                print(f"{name:>14} {count:>5} clients: {run.tps:>10,.0f} tps"
+                      + (f", goodput {run.extra['goodput']:>10,.0f}/s" if "goodput" in run.extra else ""), flush=True)
+        return runs
+
+    def need_connections(self, clients: int) -> None:
+        """Make sure ``clients`` more connections fit (raising max_connections, with a restart, if not).
+
+        A restart drops every connection to the server, also other notebooks'; labkit says so.
+        """
+        from .runs import free_connections
+
+        spare = 20  # probes, the notebook's own sessions (T1, T2, ...), the observer
+        free = free_connections(self.dsn)
+        if free >= clients + spare:
+            return
+        current = int(self.value("show max_connections"))
+        wanted = current + clients + spare - free
+        if self.server.kind == "external":
+            raise UsageError(f"{clients} clients need {clients + spare} free connections; the server has {free}. "
+                             f"Raise max_connections to at least {wanted} on it (labkit does not change it).")
+        self.set(max_connections=wanted)
+        self.messages.append(f"Raised max_connections from {current} to {wanted} (the server restarted).")
 
     def runner(self):
         from .runs import Runner

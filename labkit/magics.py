@@ -23,7 +23,10 @@ from IPython.display import display
 from . import pgbench
 from .errors import LabkitError
 from .probes import WAIT_EVENTS, Probe
-from .sessions import Failed, Result, Waiting
+from .sessions import Failed, Result, Waiting, duration_s
+
+# With --lock-timeout up to this long, the cell waits for the timeout instead of returning early.
+MAX_CELL_WAIT_S = 30
 
 
 def _print_outcome(outcome, *, label: bool) -> None:
@@ -58,7 +61,12 @@ class LabMagics(Magics):
                                       ("statement_timeout", args.statement_timeout)) if v}
         try:
             session = self.lab.session(args.session, **timeouts)
-            outcome = session.run(cell)
+            # A short lock timeout given in the cell is the lesson: wait for it rather than return early.
+            limit = duration_s(args.lock_timeout) if args.lock_timeout else None
+            if limit is not None and 0 < limit <= MAX_CELL_WAIT_S:
+                outcome = session.run(cell, report_wait_after=limit + 1.0)
+            else:
+                outcome = session.run(cell)
         except LabkitError as error:
             raise IPythonUsageError(error.short) from None
         named = args.session != "main"
@@ -76,9 +84,14 @@ class LabMagics(Magics):
 
     @cell_magic
     def pgbench(self, line, cell):
-        """Run the cell as a pgbench script: pgbench options plus --name, --probes a,b and --no-waits."""
+        """Run the cell as a pgbench script: pgbench options plus --name, --probes a,b, --work VAR and --no-waits.
+
+        --work VAR: VAR holds SQL returning the work done so far (one number); the run then
+        records goodput beside tps and the live chart draws it.
+        """
         argv = shlex.split(line)
         probes: list[Probe] = [WAIT_EVENTS]
+        work = None
         kept = []
         index = 0
         while index < len(argv):
@@ -89,14 +102,25 @@ class LabMagics(Magics):
                 value = token.split("=", 1)[1] if "=" in token else (argv[index + 1] if index + 1 < len(argv) else "")
                 index += 0 if "=" in token else 1
                 probes += [self._probe(name) for name in value.split(",") if name]
+            elif token == "--work" or token.startswith("--work="):
+                value = token.split("=", 1)[1] if "=" in token else (argv[index + 1] if index + 1 < len(argv) else "")
+                index += 0 if "=" in token else 1
+                work = self._work(value)
             else:
                 kept.append(token)
             index += 1
         try:
             spec = pgbench.parse_options(kept, script=cell)
-            return self.lab.run(spec, probes=probes)
+            return self.lab.run(spec, probes=probes, work=work)
         except LabkitError as error:
             raise IPythonUsageError(str(error)) from None
+
+    def _work(self, name: str) -> str:
+        value = self.shell.user_ns.get(name)
+        if not isinstance(value, str) or not value.strip():
+            raise IPythonUsageError(f"--work {name}: define it first as SQL counting the work done, "
+                                    f"e.g. {name} = 'select count(*) from done'")
+        return value
 
     def _probe(self, name: str) -> Probe:
         value = self.shell.user_ns.get(name)

@@ -41,7 +41,8 @@ def execute(path: Path, *, profile: str | None = None, output_dir: Path = Path("
     try:
         client.execute()
     except CellExecutionError as failure:
-        error = str(failure).strip().splitlines()[-1][:300]
+        name, value = getattr(failure, "ename", ""), getattr(failure, "evalue", "")
+        error = (f"{name}: {value}" if name else str(failure).strip().splitlines()[-1])[:300]
     output_dir.mkdir(parents=True, exist_ok=True)
     target = output_dir / path.name
     nbformat.write(notebook, target)

@@ -34,6 +34,9 @@ def probe(name: str, sql: str, every: float = 1.0) -> Probe:
 
 WAIT_EVENTS = Probe("waits", query("wait_events"), 0.25)
 
+# The name of the probe that samples a run's work counter (see ``work=`` of Lab.pgbench).
+WORK = "work"
+
 
 class Sampler:
     """Samples probes in a thread until stopped; errors disable a probe and are reported."""

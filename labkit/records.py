@@ -106,6 +106,13 @@ class Run:
 
         return pd.DataFrame([self.summary()]).to_html(index=False)
 
+    def note(self, **figures) -> "Run":
+        """Add figures to ``extra`` and save the record again, e.g. ``run.note(stock_after=0)``."""
+        self.extra.update(figures)
+        if self.path:
+            self.save(Path(self.path).parent)
+        return self
+
     # -- storage
 
     def to_dict(self) -> dict:
@@ -182,6 +189,23 @@ def latest(runs: list[Run]) -> dict[str, Run]:
     for run in runs:
         newest[run.name] = run
     return newest
+
+
+def waits_frame(runs: list[Run]):
+    """Average backends per wait event during each run (rows: wait events, columns: runs)."""
+    import pandas as pd
+
+    columns = {}
+    for run in runs:
+        samples = run.probes.get("waits") or []
+        instants = len({row["t"] for row in samples}) or 1
+        totals: dict[str, float] = {}
+        for row in samples:
+            if row["wait"] != "idle":
+                totals[row["wait"]] = totals.get(row["wait"], 0) + row["backends"]
+        columns[run.name] = {wait: round(total / instants, 1) for wait, total in totals.items()}
+    frame = pd.DataFrame(columns).fillna(0.0)
+    return frame.loc[frame.sum(axis=1).sort_values(ascending=False).index]
 
 
 def runs_frame(runs: list[Run]):

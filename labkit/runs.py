@@ -29,18 +29,26 @@ import psycopg
 
 from . import pgbench
 from .errors import LabkitError, UsageError, tail
-from .probes import Probe, Sampler
+from .probes import WORK, Probe, Sampler
 from .queries import query
 from .records import Run, now_iso
 
 _ONE_RUN = threading.Lock()
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    import ctypes
+def _child_setup() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """pgbench dies with its parent (Linux) and may open as many sockets as the hard limit allows."""
+    import resource
 
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    with contextlib.suppress(ValueError, OSError):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard == resource.RLIM_INFINITY or hard > soft:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else max(soft, 65536), hard))
+    if sys.platform == "linux":
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def free_connections(dsn: str) -> int:
@@ -48,6 +56,25 @@ def free_connections(dsn: str) -> int:
     with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as connection:
         in_use, maximum, reserved = connection.execute(query("connections")).fetchone()
     return maximum - reserved - in_use
+
+
+def work_probe(sql: str) -> Probe:
+    """The probe that samples a work counter (one number) once a second during a run."""
+    return Probe(WORK, f"select ({sql.strip().rstrip(';')}) as work", 1.0)
+
+
+def measure_work(dsn: str, sql: str) -> float:
+    """The work counter now: one number, e.g. ``select count(*) from done``."""
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as connection:
+            row = connection.execute(work_probe(sql).sql).fetchone()
+    except psycopg.Error as error:
+        raise UsageError(f"The work query failed: {(error.diag.message_primary or str(error)).strip()}. "
+                         "It must return one number, e.g. select count(*) from done.") from None
+    try:
+        return float(row[0])
+    except (TypeError, ValueError):
+        raise UsageError(f"The work query returned {row[0]!r}, not a number: it must count work done so far.") from None
 
 
 def terminate_backends(dsn: str, application_name: str) -> int:
@@ -73,20 +100,24 @@ class Runner:
         self.profile = profile
         self.server_info = server_info
 
-    def run(self, spec: pgbench.Spec, *, probes: list[Probe] = (), chart=None, echo=None) -> Run:
+    def run(self, spec: pgbench.Spec, *, probes: list[Probe] = (), chart=None, echo=None,
+            work: str | None = None) -> Run:
+        """Run ``spec``; ``work`` is SQL counting the work done so far (for goodput), sampled each second."""
         if not _ONE_RUN.acquire(blocking=False):
             raise UsageError("A pgbench run is already going on in this kernel: wait for it or interrupt it.")
         try:
+            probes = [p for p in probes if p.name != WORK] + ([work_probe(work)] if work else [])
             spec.check(max_clients=free_connections(self.dsn) - (1 if probes else 0))
+            before = measure_work(self.dsn, work) if work else None
             workdir = Path(tempfile.mkdtemp(prefix="labkit-run-"))
             try:
-                return self._run(spec, list(probes), chart, echo, workdir)
+                return self._run(spec, probes, chart, echo, workdir, work, before)
             finally:
                 shutil.rmtree(workdir, ignore_errors=True)
         finally:
             _ONE_RUN.release()
 
-    def _run(self, spec, probes, chart, echo, workdir: Path) -> Run:
+    def _run(self, spec, probes, chart, echo, workdir: Path, work: str | None, work_before: float | None) -> Run:
         paths = []
         for index, script in enumerate(spec.scripts):
             path = workdir / f"{index}-{Path(script.name).name}"
@@ -102,7 +133,7 @@ class Runner:
         process = subprocess.Popen(
             [str(self.pgbench_bin), *argv],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=workdir,
-            start_new_session=True, preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            start_new_session=True, preexec_fn=_child_setup,
         )
         record = self._register(process.pid)
         sampler.start(t0)
@@ -124,6 +155,10 @@ class Runner:
                 record.unlink(missing_ok=True)
         run = self._record(spec, argv, started_at, wall_s, progress, "".join(stdout), "\n".join(stderr_lines),
                            log_prefix, samples, sampler, interrupted)
+        if work:
+            with contextlib.suppress(UsageError):
+                done = measure_work(self.dsn, work) - work_before
+                run.extra.update(work_figures(done, run))
         if interrupted:
             if run.transactions:
                 run.save()
@@ -234,6 +269,25 @@ class Runner:
             statements=[vars(s) for s in summary.statements],
             extra={"probe_errors": sampler.errors} if sampler.errors else {},
         )
+
+
+def work_figures(done: float, run: Run) -> dict:
+    """Goodput beside tps: work per second on pgbench's own clock, and the share of useful transactions.
+
+    pgbench's tps is transactions / (its run time); goodput is work / the same time, so the two
+    compare directly even when some transactions did nothing (a skipped lock, an empty queue).
+    """
+    done = int(done) if float(done).is_integer() else done
+    figures = {"work": done}
+    if run.tps and run.transactions:
+        seconds = run.transactions / run.tps
+    else:
+        seconds = run.duration_s or run.wall_s or 0
+    if seconds:
+        figures["goodput"] = round(done / seconds, 1)
+    if run.transactions:
+        figures["useful"] = round(done / run.transactions, 4)
+    return figures
 
 
 def _read_logs(prefix: Path):

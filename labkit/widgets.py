@@ -10,13 +10,17 @@ from __future__ import annotations
 from .errors import LabkitError
 
 
-def panel(lab, script: str, *, name: str = "explore", clients: tuple[int, int] = (1, 64), duration: tuple[int, int] = (2, 60),
-          knobs: dict | None = None, before=None, probes=None):
+def panel(lab, script: str | dict[str, str], *, name: str = "explore", clients: tuple[int, int] = (1, 64), duration: tuple[int, int] = (2, 60),
+          knobs: dict | None = None, before=None, probes=None, work: str | None = None, mode: str = "simple"):
     """A panel that runs ``script`` with the chosen clients, duration and knobs.
+
+    script: one pgbench script, or ``{"method": script}`` for a dropdown of methods (the run is
+        then named ``<name>-<method>``).
 
     knobs: ``{"label": [choices]}`` gives a dropdown, ``{"label": (low, high)}`` an integer slider.
         Each knob's value reaches the script as a pgbench variable (``:label``) and ``before``.
     before: called as ``before(lab, **knob_values)`` ahead of each run (e.g. to rebuild an index).
+    work, mode: as for :meth:`labkit.lab.Lab.pgbench` (goodput is then shown beside tps).
     """
     import ipywidgets as w
 
@@ -27,6 +31,7 @@ def panel(lab, script: str, *, name: str = "explore", clients: tuple[int, int] =
     seconds = w.IntSlider(value=min(max(lab.profile.duration_s, duration[0]), duration[1]), min=duration[0],
                           max=duration[1], description="seconds")
     knob_widgets = {}
+    methods = w.Dropdown(options=list(script), description="method") if isinstance(script, dict) else None
     for label, choice in knobs.items():
         if isinstance(choice, tuple):
             knob_widgets[label] = w.IntSlider(value=choice[0], min=choice[0], max=choice[1], description=label)
@@ -48,7 +53,8 @@ def panel(lab, script: str, *, name: str = "explore", clients: tuple[int, int] =
             message.value = f"<span style='color:#b00'>{problem}</span>"
             return
         values = {label: widget.value for label, widget in knob_widgets.items()}
-        message.value = f"Running {name} with {count} clients for {seconds.value} s ..."
+        text, run_name = (script[methods.value], f"{name}-{methods.value}") if methods else (script, name)
+        message.value = f"Running {run_name} with {count} clients for {seconds.value} s ..."
         button.disabled = True
         output.clear_output()
         try:
@@ -56,18 +62,20 @@ def panel(lab, script: str, *, name: str = "explore", clients: tuple[int, int] =
                 if before is not None:
                     before(lab, **values)
                 options = [item for label, value in values.items() for item in ("-D", f"{label}={value}")]
-                run = lab.pgbench(script, name=name, clients=count, duration=seconds.value, options=options,
-                                  probes=probes, live=True)
-            message.value = f"{name}: {run.tps:,.0f} tps with {count} clients (saved)."
+                run = lab.pgbench(text, name=run_name, clients=count, duration=seconds.value, options=options,
+                                  probes=probes, live=True, work=work, mode=mode)
+            goodput = f", goodput {run.extra['goodput']:,.0f}/s" if "goodput" in run.extra else ""
+            message.value = f"{run_name}: {run.tps:,.0f} tps{goodput} with {count} clients (saved)."
         except LabkitError as error:
             message.value = f"<span style='color:#b00'>{error.short}</span>"
         finally:
             button.disabled = False
 
     button.on_click(on_click)
-    controls = w.VBox([client_box, seconds, *knob_widgets.values(), w.HBox([button, message])])
+    controls = w.VBox([*([methods] if methods else []), client_box, seconds, *knob_widgets.values(), w.HBox([button, message])])
     box = w.VBox([controls, output])
     box.run = lambda: on_click(None)  # for tests and headless runs: press the button
     box.message = message
     box.clients = client_box
+    box.methods = methods
     return box

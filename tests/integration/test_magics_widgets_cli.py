@@ -52,6 +52,35 @@ def test_pgbench_magic_runs_and_refuses_bad_options(shell, hot_row):
         shell.run_cell_magic("pgbench", "-c 1 -T 1 --probes nothing", "select 1;")
 
 
+def test_pgbench_magic_records_goodput(shell, hot_row):
+    shell.user_ns["evens"] = "select n / 2 from hot where id = 1"
+    run = shell.run_cell_magic("pgbench", "-c 2 -T 2 --name halves --work evens",
+                               "update hot set n = n + 1 where id = 1;")
+    assert run.extra["useful"] == pytest.approx(0.5, abs=0.01)
+    assert run.extra["goodput"] == pytest.approx(run.tps / 2, rel=0.02)
+    assert [row["t"] for row in run.probes["work"]] == sorted(row["t"] for row in run.probes["work"])
+    with pytest.raises(IPythonUsageError, match="--work nothing: define it first"):
+        shell.run_cell_magic("pgbench", "-c 1 -T 1 --work nothing", "select 1;")
+    shell.user_ns["broken"] = "select count(*) from nowhere"
+    with pytest.raises(IPythonUsageError, match='The work query failed: relation "nowhere" does not exist'):
+        shell.run_cell_magic("pgbench", "-c 1 -T 1 --work broken", "select 1;")
+
+
+def test_sql_magic_waits_out_a_short_lock_timeout(shell, hot_row, capsys):
+    shell.run_cell_magic("sql", "--session W1", "begin; update hot set n = n + 1 where id = 1;")
+    shell.run_cell_magic("sql", "--session W2 --lock-timeout 500ms", "update hot set n = n + 1 where id = 1;")
+    assert "canceling statement due to lock timeout" in capsys.readouterr().err
+    shell.run_cell_magic("sql", "--session W1", "commit;")
+
+
+def test_panel_with_methods_names_the_run(lab, hot_row):
+    box = panel(lab, {"one": "update hot set n = n + 1 where id = 1;", "two": "select 2;"}, name="pick",
+                clients=(1, 2), duration=(1, 1), work="select n from hot where id = 1")
+    box.methods.value = "two"
+    box.run()
+    assert box.message.value.startswith("pick-two:") and "goodput 0/s" in box.message.value
+
+
 def test_panel_refuses_out_of_range_and_runs(lab, hot_row):
     box = panel(lab, "update hot set n = n + :step where id = 1;", name="panel", clients=(1, 4),
                 duration=(1, 2), knobs={"step": [1, 2]})

@@ -122,3 +122,14 @@ def test_docker_backend_without_an_engine_says_so_quickly(monkeypatch):
     with pytest.raises(LabkitError, match="LABKIT_BACKEND=docker, but no Docker engine answers"):
         labkit.start("docker")
     assert time.monotonic() - started < 10
+
+
+def test_need_connections_raises_the_limit_only_when_needed(lab):
+    before = int(lab.value("show max_connections"))
+    lab.need_connections(10)
+    assert int(lab.value("show max_connections")) == before
+    lab.need_connections(before)
+    after = int(lab.value("show max_connections"))
+    assert after > before
+    assert any("Raised max_connections" in message for message in lab.messages)
+    lab.set(max_connections=before)

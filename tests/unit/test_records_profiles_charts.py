@@ -78,3 +78,77 @@ def test_live_chart_grows_and_shades():
     assert len(chart.figure.layout.shapes) == 1
     assert chart.received == 4
     assert "Lock: transactionid" in {trace.name for trace in chart.figure.data}
+
+
+def test_work_figures_put_goodput_on_pgbench_clock():
+    from labkit.runs import work_figures
+
+    run = make_run(tps=1000.0)
+    run.transactions = 4000  # pgbench's clock: 4 s
+    run.duration_s = 5.0
+    assert work_figures(1000, run) == {"work": 1000, "goodput": 250.0, "useful": 0.25}
+    run.tps, run.transactions = None, None  # no summary (an interrupted run): the -T duration
+    assert work_figures(1000.0, run) == {"work": 1000, "goodput": 200.0}
+
+
+def test_timeline_draws_goodput_from_the_work_probe():
+    run = make_run()
+    run.probes["work"] = [{"t": 0.0, "work": 0}, {"t": 1.0, "work": 40}, {"t": 2.0, "work": 100}]
+    figure = charts.timeline(run)
+    goodput = next(trace for trace in figure.data if trace.name.startswith("goodput"))
+    assert list(goodput.x) == [1.0, 2.0] and list(goodput.y) == [40.0, 60.0]
+    assert goodput.yaxis == "y"  # drawn over tps, not in a probe row of its own
+    assert "probe: work" not in [a.text for a in figure.layout.annotations]
+
+
+def test_live_chart_draws_goodput():
+    live = charts.LiveChart("live", ["waits", "work"])
+    live.add_samples({"work": [{"t": 0.0, "work": 10}, {"t": 1.0, "work": 30}]})
+    live.add_samples({"work": [{"t": 2.0, "work": 60}]})
+    goodput = next(trace for trace in live.figure.data if trace.name.startswith("goodput"))
+    assert list(goodput.y) == [20.0, 30.0]
+
+
+def test_sweep_chart_one_colour_per_method_newest_wins():
+    runs = []
+    for clients, tps, started in ((8, 100.0, "10:00"), (32, 80.0, "10:01"), (8, 120.0, "10:02")):
+        run = make_run(name="sweep-plain", started=f"2026-11-21T{started}:00+00:00", tps=tps)
+        run.clients, run.extra = clients, {"method": "plain", "goodput": tps / 2}
+        runs.append(run)
+    figure = charts.sweep(runs)
+    tps, goodput = figure.data
+    assert tps.name == "plain: tps" and list(tps.x) == [8, 32] and list(tps.y) == [120.0, 80.0]
+    assert goodput.name == "plain: goodput" and list(goodput.y) == [60.0, 40.0]
+    assert tps.line.color == goodput.line.color and goodput.line.dash == "dash"
+    assert figure.layout.xaxis.type == "log"
+
+
+def test_waits_frame_averages_backends_per_sample():
+    table = records.waits_frame([make_run()])
+    assert table.loc["Lock: tuple", "plain"] == 3.5 and table.loc["CPU", "plain"] == 1.5
+    assert list(table.index) == ["Lock: tuple", "CPU"]
+
+
+def test_note_adds_figures_and_saves(tmp_path):
+    run = make_run()
+    run.save(tmp_path)
+    run.note(stock_after=0)
+    assert records.Run.load(run.path).extra == {"goodput": 42.0, "stock_after": 0}
+    assert len(list(tmp_path.glob("*.json"))) == 1
+
+
+def test_article_figures_and_ratios():
+    from labkit import article
+
+    published = article.figures("02-flash-sale")
+    assert "digoal" in published.attrs["source"] and "2023-08-22" in published.attrs["source"]
+    assert list(published["run"]) == ["plain", "skip-locked", "advisory"]
+    plain, advisory = make_run("plain", tps=1000.0), make_run("advisory", tps=5000.0)
+    plain.extra, advisory.extra = {"goodput": 1000.0}, {"goodput": 2000.0}
+    table = article.side_by_side(published, [plain, advisory], baseline="plain").set_index("run")
+    assert table.loc["advisory", "article ×"] == 507.79
+    assert table.loc["advisory", "tps ×"] == 5.0 and table.loc["advisory", "goodput ×"] == 2.0
+    with pytest.raises(UsageError, match="Run 'plain' first"):
+        article.side_by_side(published, [advisory], baseline="plain")
+    with pytest.raises(UsageError, match="No article figures for 'nope'"):
+        article.figures("nope")
