@@ -78,6 +78,29 @@ class Lab:
             row = connection.execute(statement, params).fetchone()
         return row[0] if row else None
 
+    def check(self, statement: str, run: records.Run | None = None):
+        """Run a one-row query after a run and note its columns in the run's record (default: the last run).
+
+        E.g. ``lab.check("select count(*) as consumed from done")`` adds ``extra.consumed``.
+        Returns the row as a DataFrame.
+        """
+        import pandas as pd
+
+        run = run or self.last_run
+        if run is None:
+            raise UsageError("No run to note the check in yet: run a %%pgbench cell first.")
+        with self.connect() as connection:
+            cursor = connection.execute(statement)
+            rows = cursor.fetchall()
+            columns = [column.name for column in cursor.description or []]
+        if len(rows) != 1:
+            raise UsageError(f"A check must return exactly one row; this one returned {len(rows)}.")
+        from .probes import plain_value
+
+        figures = {column: plain_value(value) for column, value in zip(columns, rows[0])}
+        run.note(**figures)
+        return pd.DataFrame([{"run": run.name, **figures}])
+
     def session(self, name: str, **timeouts):
         """The named session (created on first use), e.g. ``lab.session("T1")``."""
         return self.sessions.get(name, **timeouts)

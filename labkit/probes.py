@@ -96,7 +96,7 @@ class Sampler:
             self.busy_s += time.monotonic() - started
             self.queries += 1
         t = round(started - self._t0, 3)
-        batch = [{"t": t, **{c: _plain(v) for c, v in zip(columns, row)}} for row in rows]
+        batch = [{"t": t, **{c: plain_value(v) for c, v in zip(columns, row)}} for row in rows]
         if not batch and item is WAIT_EVENTS:
             batch = [{"t": t, "wait": "idle", "backends": 0}]
         self.samples[item.name].extend(batch)
@@ -118,11 +118,17 @@ class Sampler:
         return self.samples
 
 
-def _plain(value):
-    """JSON-friendly values (Decimal, datetime, ...) for the run record."""
+def plain_value(value):
+    """JSON-friendly values (Decimal, datetime, ...) for the run record.
+
+    >>> from decimal import Decimal
+    >>> plain_value(Decimal("20000")), plain_value(Decimal("2.5")), plain_value(None)
+    (20000, 2.5, None)
+    """
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     try:
-        return float(value)
+        number = float(value)
     except (TypeError, ValueError):
         return str(value)
+    return int(number) if number.is_integer() and abs(number) < 2**53 else number

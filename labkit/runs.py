@@ -77,6 +77,22 @@ def measure_work(dsn: str, sql: str) -> float:
         raise UsageError(f"The work query returned {row[0]!r}, not a number: it must count work done so far.") from None
 
 
+def wait_backends_gone(dsn: str, application_name: str, timeout_s: float = 5.0) -> bool:
+    """Wait until the run's backends have exited (and so flushed their statistics); True if they did."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as connection:
+            while time.monotonic() < deadline:
+                left = connection.execute("select count(*) from pg_stat_activity where application_name = %s",
+                                          (application_name,)).fetchone()[0]
+                if not left:
+                    return True
+                time.sleep(0.05)
+    except psycopg.Error:
+        pass
+    return False
+
+
 def terminate_backends(dsn: str, application_name: str) -> int:
     """Terminate the backends an interrupted run left behind."""
     try:
@@ -153,6 +169,8 @@ class Runner:
             samples = sampler.stop()
             if record:
                 record.unlink(missing_ok=True)
+        # Backends flush their statistics as they exit: wait, so the next query sees this run's counts.
+        wait_backends_gone(self.dsn, application_name)
         run = self._record(spec, argv, started_at, wall_s, progress, "".join(stdout), "\n".join(stderr_lines),
                            log_prefix, samples, sampler, interrupted)
         if work:

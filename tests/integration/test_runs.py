@@ -126,3 +126,15 @@ def test_a_killed_kernel_leaves_no_pgbench(tmp_path):
     kernel.wait()
     gone, alive = psutil.wait_procs(children, timeout=5)
     assert alive == []
+
+
+def test_check_notes_one_row_in_the_run(lab, hot_row):
+    from labkit import records
+
+    run = lab.pgbench("update hot set n = n + 1 where id = 1;", name="checked", clients=2, duration=1, probes=[])
+    frame = lab.check("select n as total, 'ok' as verdict from hot where id = 1")
+    assert frame.loc[0, "run"] == "checked" and frame.loc[0, "verdict"] == "ok"
+    saved = records.Run.load(run.path)
+    assert saved.extra["total"] == frame.loc[0, "total"] >= run.transactions
+    with pytest.raises(UsageError, match="exactly one row; this one returned 0"):
+        lab.check("select 1 where false")
