@@ -149,7 +149,7 @@ class Runner:
         process = subprocess.Popen(
             [str(self.pgbench_bin), *argv],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=workdir,
-            start_new_session=True, preexec_fn=_child_setup,
+            start_new_session=True, preexec_fn=_child_setup if os.name == "posix" else None,
         )
         record = self._register(process.pid)
         sampler.start(t0)
