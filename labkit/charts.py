@@ -15,6 +15,7 @@ from .records import Run
 STALL_COLOR = "rgba(214, 39, 40, 0.15)"
 TPS_COLOR = "#1f77b4"
 GOODPUT_COLOR = "#2ca02c"
+GOODPUT_NAME = "goodput (work per second)"
 FINE_COLOR = "rgba(31, 119, 180, 0.35)"
 LATENCY_COLOR = "#ff7f0e"
 WAIT_COLORS = {
@@ -115,7 +116,7 @@ def work_rates(samples: list[dict]) -> list[tuple[float, float]]:
 def _goodput_trace(samples: list[dict]):
     go, _ = _go()
     rates = work_rates(samples)
-    return go.Scatter(x=[t for t, _ in rates], y=[r for _, r in rates], name="goodput (work per second)",
+    return go.Scatter(x=[t for t, _ in rates], y=[r for _, r in rates], name=GOODPUT_NAME,
                       mode="lines+markers", line=dict(color=GOODPUT_COLOR, width=2, dash="dot"))
 
 
@@ -182,7 +183,7 @@ class LiveChart:
         for name, rows in fresh.items():
             if name == WORK:
                 self.probe_samples[name].extend(rows)
-                goodput = next(t for t in self.figure.data if t.name == _goodput_trace([]).name)
+                goodput = next(t for t in self.figure.data if t.name == GOODPUT_NAME)
                 rates = work_rates(self.probe_samples[name])
                 goodput.x, goodput.y = [t for t, _ in rates], [r for _, r in rates]
                 continue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .errors import LabkitError
+from .probes import WORK
 
 
 def in_notebook() -> bool:
@@ -17,8 +18,6 @@ def in_notebook() -> bool:
 
 def show_run(lab, spec, probes, *, live: bool | None = None, work: str | None = None):
     """Run ``spec`` with a live chart (in a notebook), then show the timeline and the summary."""
-    from .probes import WORK
-
     runner = lab.runner()
     live = in_notebook() if live is None else live
     if not live:

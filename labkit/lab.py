@@ -214,8 +214,7 @@ class Lab:
                     before(self, name, count)
                 run = self.pgbench(script, name=f"sweep-{name}", clients=count, duration=duration, mode=mode,
                                    probes=[] if probes is None else probes, live=False, work=work)
-                run.extra["method"] = name
-                run.save()  # the same file, now with the method
+                run.note(method=name)
                 runs.append(run)
                 print(f"{name:>14} {count:>5} clients: {run.tps:>10,.0f} tps"
                       + (f", goodput {run.extra['goodput']:>10,.0f}/s" if "goodput" in run.extra else ""), flush=True)

@@ -96,16 +96,19 @@ class LabMagics(Magics):
         index = 0
         while index < len(argv):
             token = argv[index]
+            option = token.split("=", 1)[0]
             if token == "--no-waits":
                 probes = [p for p in probes if p is not WAIT_EVENTS]
-            elif token == "--probes" or token.startswith("--probes="):
-                value = token.split("=", 1)[1] if "=" in token else (argv[index + 1] if index + 1 < len(argv) else "")
-                index += 0 if "=" in token else 1
-                probes += [self._probe(name) for name in value.split(",") if name]
-            elif token == "--work" or token.startswith("--work="):
-                value = token.split("=", 1)[1] if "=" in token else (argv[index + 1] if index + 1 < len(argv) else "")
-                index += 0 if "=" in token else 1
-                work = self._work(value)
+            elif option in ("--probes", "--work"):
+                if "=" in token:
+                    value = token.split("=", 1)[1]
+                else:
+                    index += 1
+                    value = argv[index] if index < len(argv) else ""
+                if option == "--probes":
+                    probes += [self._probe(name) for name in value.split(",") if name]
+                else:
+                    work = self._work(value)
             else:
                 kept.append(token)
             index += 1

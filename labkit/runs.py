@@ -42,8 +42,9 @@ def _child_setup() -> None:  # pragma: no cover - runs in the child between fork
 
     with contextlib.suppress(ValueError, OSError):
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if hard == resource.RLIM_INFINITY or hard > soft:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else max(soft, 65536), hard))
+        wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 65536)
+        if soft < wanted:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
     if sys.platform == "linux":
         import ctypes
 
@@ -295,8 +296,7 @@ def work_figures(done: float, run: Run) -> dict:
     pgbench's tps is transactions / (its run time); goodput is work / the same time, so the two
     compare directly even when some transactions did nothing (a skipped lock, an empty queue).
     """
-    done = int(done) if float(done).is_integer() else done
-    figures = {"work": done}
+    figures = {"work": int(done) if float(done).is_integer() else done}
     if run.tps and run.transactions:
         seconds = run.transactions / run.tps
     else:
