@@ -478,21 +478,20 @@ def parse_errors(stderr: str) -> Problems:
     for line in stderr.splitlines():
         if line.startswith("progress:"):
             continue
-        if re.match(r"^(pgbench: error: |.*pgbench: )", line) or line.startswith("pgbench: hint:"):
-            message = re.sub(r"^.*?pgbench: (error: )?", "", line)
+        # pgbench's threads write their prefixes and messages in pieces, so two clients' errors can
+        # interleave ("pgbench:pgbench: error:  error: client 1 ...", then "client 0 ..." alone).
+        if re.match(r"^(.*pgbench: ?|client \d+ (script \d+ )?aborted)", line):
+            message = re.sub(r"^.*?pgbench:(\s*(pgbench:|error:))*\s*", "", line)
             if "Run was aborted" in message:
                 run_aborted = True
                 continue
             if re.match(r"client \d+ (script \d+ )?aborted", message):
                 aborted += 1
                 message = re.sub(r"^client \d+ (script \d+ )?aborted in command \d+( query \d+)?: ", "", message)
-            if message not in errors:
-                errors.append(message)
+            errors.append(message)
         elif errors and line.strip() and not line.startswith("pgbench"):
-            continuation = f"{errors[-1]}\n{line}"
-            if continuation not in errors:
-                errors[-1] = continuation
-    return Problems(tuple(errors), aborted, run_aborted)
+            errors[-1] = f"{errors[-1]}\n{line}"
+    return Problems(tuple(dict.fromkeys(errors)), aborted, run_aborted)  # each message once
 
 
 # ----------------------------------------------------------------------------- transaction log

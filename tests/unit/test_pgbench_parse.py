@@ -68,6 +68,14 @@ def test_sql_error_in_a_script_is_reported(version):
     assert problems.run_aborted
 
 
+def test_errors_of_two_threads_interleaved():
+    problems = pgbench.parse_errors(read("pgbench18_interleaved_errors.stderr"))
+    assert problems.first.splitlines()[0] == 'ERROR:  relation "missing_table" does not exist'
+    assert problems.errors == (problems.first,)  # both clients' identical errors, once
+    assert problems.aborted_clients == 2
+    assert problems.run_aborted
+
+
 def test_progress_lines_new_and_old():
     points = [pgbench.parse_progress(line) for line in read("pgbench18_stall.stderr").splitlines()]
     assert [p.t for p in points] == [1.0, 2.0, 3.0, 4.0]
