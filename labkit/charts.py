@@ -250,3 +250,28 @@ def sweep(runs: list[Run], *, title: str | None = None):
     figure.update_xaxes(type="log", title_text="clients (log scale)")
     figure.update_yaxes(title_text="per second", rangemode="tozero")
     return figure
+
+
+def logs_beside(logs, runs: list[Run], *, by: list[str], title: str | None = None):
+    """An article's per-second progress logs (left) beside this machine's runs (right).
+
+    ``logs`` is a frame with ``t`` and ``tps`` columns (e.g. from :func:`labkit.article.figures`);
+    each distinct combination of the ``by`` columns is one line. Seconds at zero show as zero.
+    """
+    go, make_subplots = _go()
+    figure = make_subplots(rows=1, cols=2, subplot_titles=["the article (its machine and version)",
+                                                           "this run (this machine)"])
+    for key, group in logs.groupby(by, sort=False):
+        values = key if isinstance(key, tuple) else (key,)
+        label = ", ".join(f"{column} {value}" for column, value in zip(by, values))
+        figure.add_trace(go.Scatter(x=group["t"], y=group["tps"], name=label, mode="lines+markers",
+                                    marker_size=4, legendgroup="article"), row=1, col=1)
+    for run in runs:
+        figure.add_trace(go.Scatter(x=[p["t"] for p in run.per_second], y=[p["tps"] for p in run.per_second],
+                                    name=run.label, mode="lines+markers", marker_size=4, legendgroup="here",
+                                    line=dict(dash="dot")), row=1, col=2)
+    figure.update_layout(title=title or "per-second throughput: the article beside this run",
+                         template="plotly_white", height=460, legend=dict(orientation="h", y=-0.22))
+    figure.update_xaxes(title_text="seconds")
+    figure.update_yaxes(title_text="tps", rangemode="tozero", row=1, col=1)
+    return figure

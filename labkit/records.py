@@ -73,7 +73,7 @@ class Run:
         }
         for key in ("avg", "p50", "p95", "p99", "max"):
             row[f"lat_{key}_ms"] = _round(self.latency_ms.get(key), 3)
-        row["stall_s"] = round(sum(s["end"] - s["start"] for s in self.stalls), 1)
+        row["stall_s"] = self.stall_seconds
         row["wall_s"] = _round(self.wall_s, 1)
         if self.overrun_s:
             row["overrun_s"] = _round(self.overrun_s, 1)
@@ -105,6 +105,20 @@ class Run:
         import pandas as pd
 
         return pd.DataFrame([self.summary()]).to_html(index=False)
+
+    def peak(self, probe: str, column: str):
+        """The largest value a probe's column reached during the run (None if never sampled).
+
+        >>> Run("r", "nb", "ci", "now", probes={"gin": [{"t": 0.5, "pages": 3}, {"t": 1.0, "pages": 9}]}).peak("gin", "pages")
+        9
+        """
+        values = [row[column] for row in self.probes.get(probe) or [] if row.get(column) is not None]
+        return max(values) if values else None
+
+    @property
+    def stall_seconds(self) -> float:
+        """Seconds of the run spent in stalls (per-second TPS below 10% of the run's median)."""
+        return round(sum(s["end"] - s["start"] for s in self.stalls), 1)
 
     def note(self, **figures) -> "Run":
         """Add figures to ``extra`` and save the record again, e.g. ``run.note(stock_after=0)``."""
@@ -191,13 +205,20 @@ def latest(runs: list[Run]) -> dict[str, Run]:
     return newest
 
 
-def waits_frame(runs: list[Run]):
-    """Average backends per wait event during each run (rows: wait events, columns: runs)."""
+def waits_frame(runs: list[Run], *, during: str = "all"):
+    """Average backends per wait event during each run (rows: wait events, columns: runs).
+
+    ``during`` picks the samples: ``"all"``, ``"stalls"`` (inside the run's stall intervals)
+    or ``"steady"`` (outside them). A run with no sample in that part gets an empty column.
+    """
     import pandas as pd
 
+    if during not in ("all", "stalls", "steady"):
+        raise UsageError(f"during={during!r}: use 'all', 'stalls' or 'steady'.")
     columns = {}
     for run in runs:
-        samples = run.probes.get("waits") or []
+        samples = [row for row in run.probes.get("waits") or []
+                   if during == "all" or _part(run, row["t"]) == during]
         instants = len({row["t"] for row in samples}) or 1
         totals: dict[str, float] = {}
         for row in samples:
@@ -206,6 +227,11 @@ def waits_frame(runs: list[Run]):
         columns[run.name] = {wait: round(total / instants, 1) for wait, total in totals.items()}
     frame = pd.DataFrame(columns).fillna(0.0)
     return frame.loc[frame.sum(axis=1).sort_values(ascending=False).index]
+
+
+def _part(run: Run, t: float) -> str:
+    """Whether time ``t`` of ``run`` falls in a stall or in steady running."""
+    return "stalls" if any(s["start"] <= t <= s["end"] for s in run.stalls) else "steady"
 
 
 def runs_frame(runs: list[Run]):

@@ -237,8 +237,18 @@ class Sessions:
             ).fetchone()
         if not row or row[0] != "Lock":
             return None
+        if row[2] and self._only_autovacuum(row[2]):
+            return None  # PostgreSQL cancels an autovacuum that blocks a statement (after deadlock_timeout)
         blockers = tuple(self.name_of(pid) for pid in row[2])
         return Waiting(session.name, blockers, f"Lock: {row[1]}", session.pending_sql)
+
+    def _only_autovacuum(self, pids: list[int]) -> bool:
+        with self._lock:
+            kinds = self.observer().execute(
+                "select backend_type, query from pg_stat_activity where pid = any(%s)", (list(pids),)
+            ).fetchall()
+        return bool(kinds) and all(kind == "autovacuum worker" and "wraparound" not in (query or "")
+                                   for kind, query in kinds)
 
     def finished_elsewhere(self, current: str, settle_s: float = 0.3) -> list:
         """Outcomes of other sessions' background statements that have finished now."""

@@ -138,3 +138,41 @@ def test_check_notes_one_row_in_the_run(lab, hot_row):
     assert saved.extra["total"] == frame.loc[0, "total"] >= run.transactions
     with pytest.raises(UsageError, match="exactly one row; this one returned 0"):
         lab.check("select 1 where false")
+
+
+def test_copy_loads_generated_rows(lab):
+    lab.sql("drop table if exists copied; create table copied (id int, s text)")
+    count = lab.copy("copied", ((i, f"row {i}\twith a tab") for i in range(1, 1001)))
+    assert count == 1000
+    assert lab.value("select count(distinct id) from copied") == 1000
+    assert lab.value("select s from copied where id = 7") == "row 7\twith a tab"
+    assert lab.copy("copied", [(None, "only s")], columns=["s"]) == 1
+    with pytest.raises(Exception, match="copied"):
+        lab.copy("copied", [("not a number", "x")])
+
+
+def test_sweep_calls_before_and_after_each_run(lab, hot_row):
+    calls = []
+    runs = lab.sweep({"a": "update hot set n = n + 1 where id = 1;", "b": "select 1;"}, [1, 2], duration=1,
+                     before=lambda lab, name, count: calls.append(("before", name, count)),
+                     after=lambda lab, run: (calls.append(("after", run.name, run.clients)), run.note(seen=True)))
+    assert [run.name for run in runs] == ["sweep-a", "sweep-b", "sweep-a", "sweep-b"]
+    assert calls == [("before", "a", 1), ("after", "sweep-a", 1), ("before", "b", 1), ("after", "sweep-b", 1),
+                     ("before", "a", 2), ("after", "sweep-a", 2), ("before", "b", 2), ("after", "sweep-b", 2)]
+    assert all(run.extra["seen"] is True and run.extra["method"] in ("a", "b") for run in runs)
+
+
+def test_a_lock_held_by_an_ordinary_session_is_still_reported(lab, hot_row):
+    sessions = lab.sessions
+    holder = lab.session("holder")
+    holder.run("begin; lock table hot in access exclusive mode")
+    try:
+        assert sessions._only_autovacuum([holder.pid]) is False
+        with pytest.raises(LabkitError, match="waiting for a lock held by holder"):
+            lab.sql("select * from hot")
+    finally:
+        holder.run("rollback")
+        main = lab.session("main")
+        if main.pending is not None:
+            main.pending.result(timeout=5)
+            main.pending = None
