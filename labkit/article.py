@@ -44,6 +44,7 @@ def side_by_side(article, runs: list[Run], *, baseline: str, key: str = "run"):
     base_article = published["tps"].get(baseline)
     base = mine[baseline]
     base_goodput = base.extra.get("goodput")
+    with_goodput = any("goodput" in run.extra for run in mine.values())
     rows = []
     for name, run in mine.items():
         goodput = run.extra.get("goodput")
@@ -56,9 +57,9 @@ def side_by_side(article, runs: list[Run], *, baseline: str, key: str = "run"):
             "clients": run.clients,
             "tps": round(run.tps, 1) if run.tps is not None else None,
             "tps ×": _ratio(run.tps, base.tps),
-            "goodput": goodput,
-            "goodput ×": _ratio(goodput, base_goodput),
         })
+        if with_goodput:
+            rows[-1].update({"goodput": goodput, "goodput ×": _ratio(goodput, base_goodput)})
     return pd.DataFrame(rows)
 
 

@@ -146,7 +146,8 @@ def test_copy_loads_generated_rows(lab):
     assert count == 1000
     assert lab.value("select count(distinct id) from copied") == 1000
     assert lab.value("select s from copied where id = 7") == "row 7\twith a tab"
-    assert lab.copy("copied", [(None, "only s")], columns=["s"]) == 1
+    assert lab.copy("copied", [("only s",)], columns=["s"]) == 1
+    assert lab.value("select count(*) from copied where id is null") == 1
     with pytest.raises(Exception, match="copied"):
         lab.copy("copied", [("not a number", "x")])
 
