@@ -16,7 +16,7 @@ from .errors import LabkitError
 
 def doctor(_args) -> int:
     """What labkit finds on this machine."""
-    from .perf import availability
+    from .perf import availability, dwarf_works
     from .profiles import advise, current
     from .server import EmbeddedServer, wheel_bin_dir
 
@@ -37,6 +37,9 @@ def doctor(_args) -> int:
     rows.append(("results", str(config.results_dir())))
     rows.append(("profile", f"{current().name}. {advise()}"))
     rows.append(("perf", availability().message))
+    if availability().available:
+        rows.append(("perf call chains", "DWARF unwinding works (--call-graph dwarf)" if dwarf_works()
+                     else "no DWARF unwinding in this perf: self time per symbol only"))
     rows.append(("docker engine", _docker_state()))
     width = max(len(name) for name, _ in rows)
     for name, value in rows:

@@ -16,12 +16,12 @@ def in_notebook() -> bool:
     return shell is not None and shell.__class__.__name__ == "ZMQInteractiveShell"
 
 
-def show_run(lab, spec, probes, *, live: bool | None = None, work: str | None = None):
+def show_run(lab, spec, probes, *, live: bool | None = None, work: str | None = None, perf: bool = False):
     """Run ``spec`` with a live chart (in a notebook), then show the timeline and the summary."""
     runner = lab.runner()
     live = in_notebook() if live is None else live
     if not live:
-        return runner.run(spec, probes=probes, work=work)
+        return runner.run(spec, probes=probes, work=work, perf=perf)
     from IPython.display import HTML, display
 
     from .charts import LiveChart, timeline
@@ -30,7 +30,7 @@ def show_run(lab, spec, probes, *, live: bool | None = None, work: str | None = 
     chart = LiveChart(title, [p.name for p in probes] + ([WORK] if work else []))
     handle = display(chart.figure, display_id=True)
     try:
-        run = runner.run(spec, probes=probes, chart=chart, work=work)
+        run = runner.run(spec, probes=probes, chart=chart, work=work, perf=perf)
     except KeyboardInterrupt:
         handle.update(HTML(f"<b>{spec.name}</b>: interrupted; pgbench was stopped and its backends terminated."))
         raise

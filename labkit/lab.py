@@ -183,7 +183,7 @@ class Lab:
     def pgbench(self, script: str = "", *, name: str = "run", clients: int | None = None,
                 duration: float | None = None, transactions: int | None = None, jobs: int | None = None,
                 mode: str = "simple", options: str | list[str] = (), probes: list[Probe] | None = None,
-                live: bool | None = None, work: str | None = None):
+                live: bool | None = None, work: str | None = None, perf: bool = False):
         """Run ``script`` with pgbench; returns the :class:`~labkit.records.Run` (also saved).
 
         ``options`` takes any other pgbench option as on the command line (e.g. ``"-D n=5 -R 500"``).
@@ -192,6 +192,7 @@ class Lab:
         ``work`` is SQL returning one number, the work done so far (e.g. ``select count(*) from done``):
         it is sampled every second and before and after the run, giving ``extra.work``,
         ``extra.goodput`` (work per second, comparable to tps) and ``extra.useful`` (work per transaction).
+        ``perf`` profiles the server's processes during the run (``extra.perf``; see :mod:`labkit.perf`).
         """
         argv = list(options.split() if isinstance(options, str) else options)
         argv += ["-c", str(clients or self.profile.clients), "-M", mode, "--name", name]
@@ -202,15 +203,15 @@ class Lab:
         else:
             argv += ["-T", str(duration or self.profile.duration_s)]
         spec = pgbench.parse_options(argv, script=script)
-        return self.run(spec, probes=probes, live=live, work=work)
+        return self.run(spec, probes=probes, live=live, work=work, perf=perf)
 
     def run(self, spec: pgbench.Spec, *, probes: list[Probe] | None = None, live: bool | None = None,
-            work: str | None = None):
+            work: str | None = None, perf: bool = False):
         """Run a parsed :class:`~labkit.pgbench.Spec` (what ``%%pgbench`` does)."""
         from .display import show_run
 
         probes = [WAIT_EVENTS] if probes is None else list(probes)
-        run = show_run(self, spec, probes, live=live, work=work)
+        run = show_run(self, spec, probes, live=live, work=work, perf=perf)
         self.last_run = run
         return run
 
@@ -262,9 +263,10 @@ class Lab:
         from .runs import Runner
 
         registry = self.server.runs_dir if isinstance(self.server, EmbeddedServer) else None
+        server_pid = self.server.pid() if isinstance(self.server, EmbeddedServer) else None
         return Runner(dsn=self.dsn, env=self.server.pgbench_env(), pgbench_bin=client_binary("pgbench"),
                       registry=registry, notebook=self.notebook, profile=self.profile.name,
-                      server_info=self.server_info())
+                      server_info=self.server_info(), server_pid=server_pid)
 
     # -- records
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -35,3 +38,263 @@ def availability() -> Availability:
         reason = (result.stderr.strip().splitlines() or ["unknown reason"])[0]
         return Availability(False, f"perf is not permitted here ({reason}); labs fall back to wait-event sampling")
     return Availability(True, f"{binary} works with software events (-e cpu-clock)")
+
+
+# ----------------------------------------------------------------------------- recording
+
+CALL_GRAPH_NOTE = (
+    "Call chains come from DWARF unwinding (--call-graph dwarf): the server is built without frame "
+    "pointers, so plain -g would stop after one or two frames."
+)
+SELF_ONLY_NOTE = (
+    "Self time per symbol only: this perf cannot unwind DWARF call chains, and the server is built "
+    "without frame pointers, so plain -g chains would be cut short and misleading."
+)
+
+
+@cache
+def dwarf_works() -> bool:
+    """Whether ``perf record --call-graph dwarf`` works here (tried once on a short command)."""
+    if not availability().available:
+        return False
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            result = subprocess.run(
+                [shutil.which("perf"), "record", "-q", "-e", "cpu-clock", "--call-graph", "dwarf,4096",
+                 "-o", f"{folder}/probe.data", "--", "true"], capture_output=True, text=True, timeout=20)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+    return result.returncode == 0
+
+
+class Recording:
+    """``perf record -e cpu-clock`` attached to one process tree (the server) while a run goes on.
+
+    perf follows the processes the server forks after it attached, so the backends of the
+    run are recorded. ``stop()`` ends it and returns a :class:`Profile` (or None when perf could
+    not record: the reason is in ``message``).
+    """
+
+    def __init__(self, pid: int, *, frequency: int = 199, call_graph: bool = True, top: int = 60):
+        self.pid = pid
+        self.frequency = frequency
+        self.call_graph = call_graph and dwarf_works()
+        self.top = top
+        self.folder = Path(tempfile.mkdtemp(prefix="labkit-perf-"))
+        self.output = self.folder / "perf.data"
+        self.process: subprocess.Popen | None = None
+        self.message = ""
+
+    def argv(self) -> list[str]:
+        graph = ["--call-graph", "dwarf,8192"] if self.call_graph else []
+        return [shutil.which("perf") or "perf", "record", "-q", "-e", "cpu-clock", "-F", str(self.frequency),
+                *graph, "-p", str(self.pid), "-o", str(self.output)]
+
+    def start(self) -> "Recording":
+        self.process = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.PIPE, start_new_session=True)
+        return self
+
+    def stop(self) -> "Profile | None":
+        try:
+            if self.process is None:
+                return None
+            if self.process.poll() is None:
+                self.process.send_signal(signal.SIGINT)
+            try:
+                _, err = self.process.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                _, err = self.process.communicate()
+            if not self.output.exists() or self.output.stat().st_size == 0:
+                self.message = f"perf recorded nothing ({(err or b'').decode(errors='replace').strip()[:200]})"
+                return None
+            return self.report()
+        finally:
+            self.process = None
+
+    def report(self) -> "Profile":
+        perf = shutil.which("perf") or "perf"
+        base = [perf, "report", "-i", str(self.output), "--stdio", "--sort", "dso,symbol", "-g", "none",
+                "--percent-limit", "0.3"]
+        text = subprocess.run(base + (["--children"] if self.call_graph else ["--no-children"]),
+                              capture_output=True, text=True, timeout=300).stdout
+        symbols = parse_report(text)
+        folded = {}
+        if self.call_graph:
+            script = subprocess.run([perf, "script", "-i", str(self.output), "-F", "comm,ip,sym"],
+                                    capture_output=True, text=True, timeout=300).stdout
+            folded = fold_script(script, limit=500)
+        samples = _sample_count(text)
+        symbols.sort(key=lambda row: (-row["self"], -(row["children"] or 0)))
+        return Profile(symbols=symbols[: self.top], folded=folded, samples=samples,
+                       call_graph="dwarf" if self.call_graph else "none",
+                       note=CALL_GRAPH_NOTE if self.call_graph else SELF_ONLY_NOTE)
+
+    def cleanup(self) -> None:
+        """Stop perf if it still runs (an error before the run ended) and delete its data."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+@dataclass
+class Profile:
+    """Where the recorded processes spent their CPU time."""
+
+    symbols: list[dict]  # symbol, dso, self (%), children (% or None); most self time first
+    folded: dict[str, int]  # "outer;...;leaf" -> samples (only with call chains)
+    samples: int | None
+    call_graph: str
+    note: str
+
+    def to_dict(self) -> dict:
+        return {"symbols": self.symbols, "folded": self.folded, "samples": self.samples,
+                "call_graph": self.call_graph, "note": self.note}
+
+
+_REPORT_LINE = re.compile(r"^\s+(?P<first>[\d.]+)%\s+(?:(?P<second>[\d.]+)%\s+)?(?P<dso>\S+)\s+\[(?P<kind>.)\]\s+(?P<symbol>.+?)\s*$")
+_TRAILING_DASHES = re.compile(r"(\s+-)+$")
+_SAMPLES = re.compile(r"^# Samples: (?P<n>[\d.]+)(?P<unit>[KM]?)\s+of event")
+
+
+def parse_report(text: str) -> list[dict]:
+    """Rows of ``perf report --stdio --sort dso,symbol -g none`` (with or without ``--children``).
+
+    >>> parse_report('''
+    ... # Children      Self  Shared Object  Symbol
+    ...     27.66%    27.54%  postgres       [.] s_lock                -      -
+    ...      0.50%     0.00%  [kernel.kallsyms]  [k] entry_SYSCALL_64
+    ... ''')
+    [{'symbol': 's_lock', 'dso': 'postgres', 'kind': 'user', 'self': 27.54, 'children': 27.66}, {'symbol': 'entry_SYSCALL_64', 'dso': '[kernel.kallsyms]', 'kind': 'kernel', 'self': 0.0, 'children': 0.5}]
+    """
+    rows = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        match = _REPORT_LINE.match(line)
+        if not match:
+            continue
+        first, second = float(match["first"]), match["second"]
+        symbol = _TRAILING_DASHES.sub("", match["symbol"])  # perf 6 adds empty IPC columns ("-  -")
+        row = {"symbol": symbol, "dso": match["dso"], "kind": "kernel" if match["kind"] == "k" else "user"}
+        if second is None:
+            row.update({"self": first, "children": None})
+        else:
+            row.update({"self": float(second), "children": first})
+        rows.append(row)
+    return rows
+
+
+def _sample_count(text: str) -> int | None:
+    for line in text.splitlines():
+        match = _SAMPLES.match(line)
+        if match:
+            return int(float(match["n"]) * {"": 1, "K": 1_000, "M": 1_000_000}[match["unit"]])
+    return None
+
+
+def fold_script(text: str, *, limit: int | None = None) -> dict[str, int]:
+    """Fold ``perf script -F comm,ip,sym`` output into ``outer;...;leaf -> samples`` (flame-graph input).
+
+    Each sample is a line with the command, then one line per frame (address, symbol), leaf first.
+
+    >>> fold_script('''postgres
+    ... \t 4a1f2 s_lock
+    ... \t 4b000 LWLockAcquire
+    ... \t 46fa5d PostgresMain
+    ...
+    ... postgres
+    ... \t 4a1f2 s_lock
+    ... \t 4b000 LWLockAcquire
+    ... \t 46fa5d PostgresMain
+    ... ''')
+    {'PostgresMain;LWLockAcquire;s_lock': 2}
+    """
+    counts: dict[str, int] = {}
+    frames: list[str] = []
+
+    def flush():
+        if frames:
+            key = ";".join(reversed(frames))
+            counts[key] = counts.get(key, 0) + 1
+            frames.clear()
+
+    for line in text.splitlines():
+        if not line.strip():
+            flush()
+        elif line[0] in " \t":
+            parts = line.split(None, 1)
+            frames.append(parts[1].strip() if len(parts) > 1 else "[unknown]")
+        else:
+            flush()
+    flush()
+    ordered = sorted(counts.items(), key=lambda item: -item[1])
+    return dict(ordered[:limit] if limit else ordered)
+
+
+# ----------------------------------------------------------------------------- what students look at
+
+
+def profile_of(run) -> dict:
+    """The run's ``extra.perf``, or a clear error if the run was not profiled."""
+    from .errors import UsageError
+
+    figures = run.extra.get("perf")
+    if figures is None:
+        raise UsageError(f"Run {run.name!r} was not profiled: run it with perf=True.")
+    return figures
+
+
+def table(run, *, top: int = 12):
+    """The top symbols of a profiled run: self and children percentages of the CPU samples.
+
+    Where perf was not available, a one-row frame with the reason.
+    """
+    import pandas as pd
+
+    figures = profile_of(run)
+    if not figures.get("available"):
+        return pd.DataFrame([{"perf": figures.get("message", "not available")}])
+    frame = pd.DataFrame(figures["symbols"][:top])
+    return frame[["symbol", "dso", "self", "children"]].rename(columns={"self": "self %", "children": "children %"})
+
+
+def share(run, symbol: str) -> float | None:
+    """Self time of ``symbol`` in a profiled run, in percent (0.0 when below perf's report limit)."""
+    figures = profile_of(run)
+    if not figures.get("available"):
+        return None
+    return next((row["self"] for row in figures["symbols"] if row["symbol"] == symbol), 0.0)
+
+
+def icicle(run, *, depth: int = 14, title: str | None = None):
+    """An icicle (a flame graph drawn top-down) of a profiled run's call chains; self time as bars without them."""
+    import plotly.graph_objects as go
+
+    figures = profile_of(run)
+    if not figures.get("available"):
+        return go.Figure().update_layout(title=f"{run.name}: {figures.get('message')}")
+    folded = figures.get("folded") or {}
+    if not folded:
+        rows = figures["symbols"][:15][::-1]
+        figure = go.Figure(go.Bar(x=[r["self"] for r in rows], y=[r["symbol"] for r in rows], orientation="h"))
+        return figure.update_layout(title=title or f"{run.name}: self time per symbol (%)", template="plotly_white",
+                                    height=460, xaxis_title="% of CPU samples")
+    values: dict[str, int] = {}
+    for stack, count in folded.items():
+        frames = stack.split(";")
+        frames = frames[:1] + frames[-(depth - 1):] if len(frames) > depth else frames  # keep the leaves
+        for end in range(1, len(frames) + 1):
+            key = ";".join(frames[:end])
+            values[key] = values.get(key, 0) + count
+    ids = list(values)
+    figure = go.Figure(go.Icicle(
+        ids=ids, labels=[key.rsplit(";", 1)[-1] for key in ids],
+        parents=[key.rsplit(";", 1)[0] if ";" in key else "" for key in ids],
+        values=[values[key] for key in ids], branchvalues="total", tiling=dict(orientation="v"),
+        hovertemplate="%{label}<br>%{value} samples (%{percentRoot:.1%})<extra></extra>",
+    ))
+    return figure.update_layout(title=title or f"{run.name}: where the CPU time went (call chains, root at the top)",
+                                margin=dict(t=50, l=10, r=10, b=10), height=560)

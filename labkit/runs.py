@@ -28,6 +28,7 @@ import psutil
 import psycopg
 
 from . import pgbench
+from . import perf as perf_mod
 from .errors import LabkitError, UsageError, tail
 from .probes import WORK, Probe, Sampler
 from .queries import query
@@ -108,7 +109,7 @@ class Runner:
     """Runs one :class:`~labkit.pgbench.Spec` against a lab database and returns its :class:`Run`."""
 
     def __init__(self, *, dsn: str, env: dict[str, str], pgbench_bin: Path, registry: Path | None,
-                 notebook: str, profile: str, server_info: dict):
+                 notebook: str, profile: str, server_info: dict, server_pid: int | None = None):
         self.dsn = dsn
         self.env = env
         self.pgbench_bin = pgbench_bin
@@ -116,10 +117,16 @@ class Runner:
         self.notebook = notebook
         self.profile = profile
         self.server_info = server_info
+        self.server_pid = server_pid  # the local postmaster, for perf (None: not a local server)
 
     def run(self, spec: pgbench.Spec, *, probes: list[Probe] = (), chart=None, echo=None,
-            work: str | None = None) -> Run:
-        """Run ``spec``; ``work`` is SQL counting the work done so far (for goodput), sampled each second."""
+            work: str | None = None, perf: bool = False) -> Run:
+        """Run ``spec``; ``work`` is SQL counting the work done so far (for goodput), sampled each second.
+
+        ``perf`` records the server's processes with ``perf record -e cpu-clock`` during the run
+        (``extra.perf``: top symbols, folded call chains); where perf cannot, ``extra.perf`` says why
+        in one line and the wait-event samples are what remains.
+        """
         if not _ONE_RUN.acquire(blocking=False):
             raise UsageError("A pgbench run is already going on in this kernel: wait for it or interrupt it.")
         try:
@@ -127,14 +134,29 @@ class Runner:
             spec.check(max_clients=free_connections(self.dsn) - (1 if probes else 0))
             before = measure_work(self.dsn, work) if work else None
             workdir = Path(tempfile.mkdtemp(prefix="labkit-run-"))
+            recording = self._perf_recording() if perf else None
             try:
-                return self._run(spec, probes, chart, echo, workdir, work, before)
+                return self._run(spec, probes, chart, echo, workdir, work, before, recording)
             finally:
                 shutil.rmtree(workdir, ignore_errors=True)
+                if isinstance(recording, perf_mod.Recording):
+                    recording.cleanup()
         finally:
             _ONE_RUN.release()
 
-    def _run(self, spec, probes, chart, echo, workdir: Path, work: str | None, work_before: float | None) -> Run:
+    def _perf_recording(self):
+        """A started perf Recording of the server, or a one-line reason why there is none."""
+        available = perf_mod.availability()
+        if not available.available:
+            return available.message
+        if self.server_pid is None:
+            return "perf: the server is not a process labkit started on this machine; wait events only"
+        recording = perf_mod.Recording(self.server_pid).start()
+        time.sleep(0.3)  # let perf attach before pgbench connects
+        return recording
+
+    def _run(self, spec, probes, chart, echo, workdir: Path, work: str | None, work_before: float | None,
+             recording=None) -> Run:
         paths = []
         for index, script in enumerate(spec.scripts):
             path = workdir / f"{index}-{Path(script.name).name}"
@@ -170,6 +192,7 @@ class Runner:
             samples = sampler.stop()
             if record:
                 record.unlink(missing_ok=True)
+            perf_figures = _perf_figures(recording)
         # Backends flush their statistics as they exit: wait, so the next query sees this run's counts.
         wait_backends_gone(self.dsn, application_name)
         run = self._record(spec, argv, started_at, wall_s, progress, "".join(stdout), "\n".join(stderr_lines),
@@ -178,6 +201,8 @@ class Runner:
             with contextlib.suppress(UsageError):
                 done = measure_work(self.dsn, work) - work_before
                 run.extra.update(work_figures(done, run))
+        if perf_figures is not None:
+            run.extra["perf"] = perf_figures
         if interrupted:
             if run.transactions:
                 run.save()
@@ -288,6 +313,18 @@ class Runner:
             statements=[vars(s) for s in summary.statements],
             extra={"probe_errors": sampler.errors} if sampler.errors else {},
         )
+
+
+def _perf_figures(recording) -> dict | None:
+    """What goes in ``extra.perf``: the profile, or why there is none."""
+    if recording is None:
+        return None
+    if isinstance(recording, str):
+        return {"available": False, "message": recording}
+    profile = recording.stop()
+    if profile is None:
+        return {"available": False, "message": recording.message}
+    return {"available": True, **profile.to_dict()}
 
 
 def work_figures(done: float, run: Run) -> dict:

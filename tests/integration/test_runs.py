@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -177,3 +178,29 @@ def test_a_lock_held_by_an_ordinary_session_is_still_reported(lab, hot_row):
         if main.pending is not None:
             main.pending.result(timeout=5)
             main.pending = None
+
+
+def test_perf_falls_back_to_one_line_when_perf_is_absent(lab, monkeypatch):
+    from labkit import perf
+
+    monkeypatch.setattr(perf, "availability", lambda: perf.Availability(False, "perf is not installed (test)"))
+    run = lab.pgbench("select 1;", name="no-perf", clients=1, duration=1, perf=True, live=False)
+    assert run.transactions > 0 and run.probes.get("waits") is not None
+    assert run.extra["perf"] == {"available": False, "message": "perf is not installed (test)"}
+    assert perf.table(run).iloc[0]["perf"] == "perf is not installed (test)"
+
+
+def test_perf_records_the_server_backends(lab):
+    from labkit import perf
+
+    if not perf.availability().available:
+        pytest.skip(perf.availability().message)
+    lab.sql("drop sequence if exists perf_seq; create sequence perf_seq")
+    before = set(Path(tempfile.gettempdir()).glob("labkit-perf-*"))
+    run = lab.pgbench("select count(nextval('perf_seq')) from generate_series(1, 2000);", name="perf",
+                      clients=2, duration=2, perf=True, live=False)
+    figures = run.extra["perf"]
+    assert figures["available"] is True and figures["samples"] > 50
+    assert {"nextval_internal", "ExecInterpExpr"} & {row["symbol"] for row in figures["symbols"]}
+    assert set(Path(tempfile.gettempdir()).glob("labkit-perf-*")) == before, "perf data left behind"
+    assert not [p for p in psutil.process_iter(["name"]) if p.info["name"] == "perf"], "perf left running"

@@ -1,0 +1,40 @@
+"""Lab 05: the sequence-cache sweep and the perf profiles, from the records the notebook saved."""
+
+import pytest
+
+from labkit import perf
+
+pytestmark = pytest.mark.integration
+
+METHODS = ["nextval-cache1", "nextval-cache100", "bulk-cache1", "bulk-cache100"]
+CI_CLIENTS = [1, 2, 4]
+
+
+def test_every_sweep_point_is_recorded(lab_runs):
+    names = [f"{method}-c{count}" for count in CI_CLIENTS for method in METHODS]
+    runs = lab_runs("05-sequence-cache", names)
+    for count in CI_CLIENTS:
+        for method in METHODS:
+            run = runs[f"{method}-c{count}"]
+            assert run.clients == run.jobs == count and run.extra["method"] == method
+            assert run.failures == 0 and not run.errors and run.transactions > 0
+
+
+def test_the_cache_speeds_up_the_bulk_transaction(lab_runs):
+    runs = lab_runs("05-sequence-cache", ["bulk-cache1-c2", "bulk-cache100-c2"])
+    assert runs["bulk-cache100-c2"].tps > runs["bulk-cache1-c2"].tps
+
+
+def test_the_profiled_runs_say_where_the_time_went_or_why_not(lab_runs):
+    runs = lab_runs("05-sequence-cache", ["profile-bulk-cache1", "profile-bulk-cache100"])
+    for run in runs.values():
+        figures = run.extra["perf"]
+        if not perf.availability().available:
+            assert figures["available"] is False and figures["message"]
+            continue
+        assert figures["available"] is True and figures["samples"] > 0
+        selfs = [row["self"] for row in figures["symbols"]]
+        assert selfs == sorted(selfs, reverse=True) and 0 < sum(selfs) <= 100.01
+        if figures["call_graph"] == "dwarf":
+            assert any("nextval_internal" in stack for stack in figures["folded"])
+        assert "s_lock_pct" in run.extra and "lwlock_pct" in run.extra
