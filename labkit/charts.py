@@ -94,7 +94,10 @@ def _wait_traces(samples: list[dict]):
 
 def _probe_traces(name: str, samples: list[dict]):
     go, _ = _go()
-    columns = [c for c in (samples[0] if samples else {}) if c != "t" and isinstance(samples[0][c], (int, float))]
+    names = list(dict.fromkeys(c for row in samples for c in row if c != "t"))
+    # a column is drawn when any sample has a number in it (the first may be NULL, e.g. a ratio of 0/0)
+    columns = [c for c in names if any(isinstance(row.get(c), (int, float)) and not isinstance(row.get(c), bool)
+                                       for row in samples)]
     return [
         go.Scatter(x=[row["t"] for row in samples], y=[row.get(c) for row in samples], name=f"{name}: {c}",
                    mode="lines+markers", marker_size=4)

@@ -42,3 +42,10 @@ def test_the_article_logs_load_and_draw_beside_a_run():
     names = [trace.name for trace in figure.data]
     assert "release PostgreSQL 9.4, clients 64" in names and run.label in names
     assert list(figure.data[-1].y) == [5.0, 0.0]
+
+
+def test_a_probe_column_whose_first_sample_is_null_is_still_drawn():
+    run = Run("r", "nb", "ci", "now", per_second=[{"t": 1.0, "tps": 5.0, "lat_ms": 1.0}],
+              probes={"hot": [{"t": 0.0, "hot_ratio": None}, {"t": 1.0, "hot_ratio": 0.5}, {"t": 2.0, "hot_ratio": 0.25}]})
+    traces = {trace.name: trace for trace in charts.timeline(run).data}
+    assert list(traces["hot: hot_ratio"].y) == [None, 0.5, 0.25]
