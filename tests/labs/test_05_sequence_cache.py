@@ -26,8 +26,9 @@ def test_the_cache_speeds_up_the_bulk_transaction(lab_runs):
 
 
 def test_the_profiled_runs_say_where_the_time_went_or_why_not(lab_runs):
-    runs = lab_runs("05-sequence-cache", ["profile-bulk-cache1", "profile-bulk-cache100"])
-    for run in runs.values():
+    names = ["profile-bulk-cache1", "profile-bulk-cache100"]
+    runs = lab_runs("05-sequence-cache", names)
+    for run in (runs[name] for name in names):
         figures = run.extra["perf"]
         if not perf.availability().available:
             assert figures["available"] is False and figures["message"]
