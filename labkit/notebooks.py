@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,8 +31,8 @@ def execute(path: Path, *, profile: str | None = None, output_dir: Path = Path("
     if profile:
         os.environ["LABKIT_PROFILE"] = profile
     if html:
-        # Figures load plotly.js from its CDN when the HTML is opened: embedding it would add
-        # about 5 MB per figure. The .ipynb copy keeps the figures as data either way.
+        # Each figure's HTML loads plotly.js from its CDN; the exported page gets one inline copy
+        # instead (see embed_plotly), so it opens offline. The .ipynb keeps the figures as data.
         os.environ.setdefault("PLOTLY_RENDERER", "plotly_mimetype+notebook_connected")
     notebook = nbformat.read(path, as_version=4)
     client = NotebookClient(notebook, timeout=timeout, kernel_name="python3",
@@ -50,6 +51,29 @@ def execute(path: Path, *, profile: str | None = None, output_dir: Path = Path("
         from nbconvert import HTMLExporter
 
         body, _ = HTMLExporter().from_notebook_node(notebook)
+        body = embed_plotly(body)
         target = target.with_suffix(".html")
         target.write_text(body)
     return NotebookResult(path, target, time.monotonic() - started, error)
+
+
+_PLOTLY_CDN = re.compile(r'<script[^>]*src="https://cdn\.plot\.ly/[^"]*"[^>]*>\s*</script>')
+
+
+def embed_plotly(page: str) -> str:
+    """The exported page with one inline plotly.js instead of a CDN script per figure (opens offline).
+
+    >>> page = embed_plotly('<html><head></head><body><script src="https://cdn.plot.ly/plotly-4.1.1.min.js"></script>x</body></html>')
+    >>> _PLOTLY_CDN.search(page) is None, page.count("<script src="), len(page) > 1_000_000
+    (True, 0, True)
+    """
+    if not _PLOTLY_CDN.search(page):
+        return page
+    from importlib.resources import files
+
+    library = files("plotly").joinpath("package_data", "plotly.min.js").read_text(encoding="utf-8")
+    # Hide an AMD loader (require.js) while plotly.js loads, so it defines the global Plotly.
+    inline = ("<script>window.__labkitDefine = window.define; window.define = undefined;</script>"
+              f"<script>{library}</script><script>window.define = window.__labkitDefine;</script>")
+    page = _PLOTLY_CDN.sub("", page)
+    return page.replace("</head>", inline + "</head>", 1) if "</head>" in page else inline + page
