@@ -129,6 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     runner.add_argument("--profile", default=None, help="ci, laptop or article (default: LABKIT_PROFILE)")
     runner.add_argument("--output", default="executed", help="folder for the executed copies")
     runner.add_argument("--no-html", action="store_true", help="keep only the .ipynb copy")
+    pictures = commands.add_parser("pictures", help="PNGs of each lab's key chart from its run records")
+    pictures.add_argument("--profile", default="laptop", help="whose records (default: laptop)")
+    pictures.add_argument("--output", default="notebooks/pictures", help="folder for the PNGs")
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "pgbench":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
@@ -139,6 +142,12 @@ def main(argv: list[str] | None = None) -> int:
             return server(args)
         if args.command == "pgbench":
             return pgbench_command(args, extra)
+        if args.command == "pictures":
+            from .pictures import write_all
+
+            for line in write_all(Path(args.output), profile=args.profile):
+                print(line)
+            return 0
         return run_notebooks(args)
     except LabkitError as error:
         print(f"error: {error}", file=sys.stderr)

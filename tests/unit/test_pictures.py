@@ -1,0 +1,36 @@
+"""The README's pictures: drawn from run records by a headless Chromium."""
+
+import shutil
+
+import pytest
+
+from labkit import pictures
+from labkit.errors import UsageError
+from labkit.records import Run
+
+
+def test_without_records_each_lab_says_what_to_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("LABKIT_RESULTS", str(tmp_path / "empty"))
+    lines = pictures.write_all(tmp_path / "out", profile="laptop")
+    assert len(lines) == len(pictures.KEY_CHARTS)
+    assert lines[0] == ("01-gin-pending-list: no laptop records: run python -m labkit run "
+                        "notebooks/01-gin-pending-list.ipynb --profile laptop")
+    assert not list((tmp_path / "out").iterdir())
+
+
+def test_no_browser_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    with pytest.raises(UsageError, match="apt-get install chromium"):
+        pictures.browser()
+
+
+@pytest.mark.skipif(not any(shutil.which(b) for b in pictures.BROWSERS), reason="no Chromium on this machine")
+def test_a_run_record_becomes_a_png(tmp_path, monkeypatch):
+    monkeypatch.setenv("LABKIT_RESULTS", str(tmp_path / "results"))
+    for name, tps in (("hash", 300.0), ("btree", 250.0)):
+        Run(name, "06-hash-index", "laptop", "2026-01-01T00:00:00+00:00", clients=32, tps=tps,
+            per_second=[{"t": 1.0, "tps": tps, "lat_ms": 1.0}]).save()
+    lines = pictures.write_all(tmp_path / "out", profile="laptop")
+    assert lines[-1] == f"06-hash-index: {tmp_path / 'out' / '06-hash-index.png'}"
+    png = (tmp_path / "out" / "06-hash-index.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
