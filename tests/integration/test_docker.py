@@ -1,0 +1,46 @@
+"""LABKIT_BACKEND=docker: the image in docker/ through testcontainers. Needs a Docker engine.
+
+Where no engine answers (these CI machines), the tests are skipped with the engine's own reason;
+the failure path without an engine is tested in test_server.py.
+"""
+
+import pytest
+
+import labkit
+from labkit.docker_backend import engine_problem
+
+PROBLEM = engine_problem()
+pytestmark = [pytest.mark.integration, pytest.mark.docker,
+              pytest.mark.skipif(PROBLEM is not None, reason=f"LABKIT_BACKEND=docker needs an engine: {PROBLEM}")]
+
+
+@pytest.fixture(scope="module")
+def docker_lab():
+    import os
+
+    old = os.environ.get("LABKIT_BACKEND")
+    os.environ["LABKIT_BACKEND"] = "docker"
+    lab = labkit.start("docker-check")
+    yield lab
+    lab.close()
+    lab.server.stop()
+    if old is None:
+        os.environ.pop("LABKIT_BACKEND")
+    else:
+        os.environ["LABKIT_BACKEND"] = old
+
+
+def test_the_image_has_the_lab_settings_and_extensions(docker_lab):
+    assert docker_lab.server.kind == "docker"
+    assert docker_lab.value("show server_version_num").startswith("18")
+    assert "pg_stat_statements" in docker_lab.value("show shared_preload_libraries")
+    assert docker_lab.value("select count(*) from pg_extension where extname in ('pageinspect', 'pgstattuple')") == 2
+
+
+def test_a_run_against_the_container(docker_lab):
+    docker_lab.sql("drop table if exists hot; create table hot (id int primary key, n int); insert into hot values (1, 0)")
+    run = docker_lab.pgbench("update hot set n = n + 1 where id = 1;", name="docker", clients=4, duration=2, live=False)
+    assert run.transactions > 0 and run.failures == 0 and run.server["backend"] == "docker"
+    assert docker_lab.value("select n from hot") == run.transactions
+    perf = docker_lab.pgbench("select 1;", name="docker-perf", clients=1, duration=1, live=False, perf=True)
+    assert perf.extra["perf"]["available"] is False  # the server is not a local process labkit started
