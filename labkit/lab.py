@@ -350,6 +350,12 @@ def start(notebook: str | None = None, *, profile: str | None = None, fresh: boo
             except psycopg.Error as error:
                 raise LabkitError(f"Could not create the database {database}: {error.diag.message_primary}") from None
             messages.append(f"Created the database {database}.")
+    if chosen.name != "ci":
+        from .profiles import advise
+
+        advice = advise()
+        if "'ci' profile fits best" in advice:
+            messages.append(f"{advice} (now: {chosen.name})")
     lab = Lab(server, notebook, chosen, messages=messages)
     if not exists:
         _create_extensions(lab, extensions)

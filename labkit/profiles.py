@@ -80,18 +80,59 @@ def current() -> Profile:
     return Profile.named(os.environ.get("LABKIT_PROFILE", "laptop").strip() or "laptop")
 
 
-def advise(cores: int | None = None, memory_bytes: int | None = None) -> str:
-    """Which profile suits this machine, in one sentence."""
+def machine_size() -> tuple[float, int]:
+    """CPUs and memory bytes this process may use: the container's limits (cgroup v2/v1) when set.
+
+    On Binder and in containers, ``os.cpu_count()`` and the total memory are the host's; the
+    cgroup limits are what the labs actually get.
+    """
     import psutil
 
-    cores = cores or os.cpu_count() or 1
-    memory_bytes = memory_bytes or psutil.virtual_memory().total
+    cpus: float = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    memory = psutil.virtual_memory().total
+    quota = _read_first(["/sys/fs/cgroup/cpu.max"])
+    if quota and quota.split()[0] != "max":
+        limit, period = quota.split()[:2]
+        cpus = min(cpus, int(limit) / int(period))
+    else:
+        v1_quota, v1_period = _read_first(["/sys/fs/cgroup/cpu/cpu.cfs_quota_us"]), _read_first(["/sys/fs/cgroup/cpu/cpu.cfs_period_us"])
+        if v1_quota and v1_period and int(v1_quota) > 0:
+            cpus = min(cpus, int(v1_quota) / int(v1_period))
+    limit = _read_first(["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"])
+    if limit and limit.isdigit() and int(limit) < memory:
+        memory = int(limit)
+    return cpus, memory
+
+
+def _read_first(paths: list[str]) -> str | None:
+    for path in paths:
+        try:
+            with open(path) as handle:
+                return handle.read().strip()
+        except OSError:
+            continue
+    return None
+
+
+def advise(cores: float | None = None, memory_bytes: int | None = None) -> str:
+    """Which profile suits this machine (its container limits included), in one sentence.
+
+    >>> advise(1, 2 * 2**30)
+    "This machine gives the labs 1 CPU and 2.0 GiB: the 'ci' profile fits best (LABKIT_PROFILE=ci); 'laptop' works but runs slowly."
+    >>> advise(64, 256 * 2**30)
+    "This machine gives the labs 64 CPUs and 256 GiB: it can run the 'article' profile."
+    """
+    if cores is None or memory_bytes is None:
+        found_cores, found_memory = machine_size()
+        cores = cores or found_cores
+        memory_bytes = memory_bytes or found_memory
     gib = memory_bytes / 2**30
+    count = f"{cores:g} CPU" + ("" if cores == 1 else "s")
     if cores <= 2 or gib < 4:
         return (
-            f"This machine has {cores} cores and {gib:.1f} GiB: the 'ci' profile fits best "
+            f"This machine gives the labs {count} and {gib:.1f} GiB: the 'ci' profile fits best "
             "(LABKIT_PROFILE=ci); 'laptop' works but runs slowly."
         )
     if cores >= 32 and gib >= 64:
-        return f"This machine has {cores} cores and {gib:.0f} GiB: it can run the 'article' profile."
-    return f"This machine has {cores} cores and {gib:.1f} GiB: the 'laptop' profile fits."
+        return f"This machine gives the labs {count} and {gib:.0f} GiB: it can run the 'article' profile."
+    return f"This machine gives the labs {count} and {gib:.1f} GiB: the 'laptop' profile fits."

@@ -152,3 +152,16 @@ def test_article_figures_and_ratios():
         article.side_by_side(published, [advisory], baseline="plain")
     with pytest.raises(UsageError, match="No article figures for 'nope'"):
         article.figures("nope")
+
+
+def test_machine_size_reads_the_container_limits(monkeypatch):
+    from labkit import profiles
+
+    files = {"/sys/fs/cgroup/cpu.max": "50000 100000", "/sys/fs/cgroup/memory.max": str(2 * 2**30)}
+    monkeypatch.setattr(profiles, "_read_first", lambda paths: next((files[p] for p in paths if p in files), None))
+    cpus, memory = profiles.machine_size()
+    assert cpus == 0.5 and memory == 2 * 2**30
+    assert "0.5 CPUs and 2.0 GiB: the 'ci' profile fits best" in profiles.advise()
+    files.update({"/sys/fs/cgroup/cpu.max": "max 100000", "/sys/fs/cgroup/memory.max": "max"})
+    cpus, memory = profiles.machine_size()
+    assert cpus >= 1 and memory > 2 * 2**30
