@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+import time
+
 from .pgbench import Progress, find_stalls
 from .probes import WORK
 from .records import Run
@@ -169,39 +171,58 @@ class LiveChart:
         self.latencies: list[float | None] = []
         self.waits: list[dict] = []
         self.probe_samples: dict[str, list[dict]] = {name: [] for name in probe_names}
-        self.received = 0  # progress lines drawn (a browser test reads it from the page title)
+        self.title = title
+        self._dirty: set[str] = set()
+        self._drawn_at = 0.0
+        self.received = 0  # progress lines drawn; the chart's title shows it (a browser test reads it)
 
     def add_progress(self, point: Progress) -> None:
+        """One progress line (one per second): the chart is redrawn with it and the samples since."""
         self.points.append((point.t, point.tps))
         self.latencies.append(point.lat_ms)
         self.received += 1
-        with self.figure.batch_update():
-            tps, latency = self.figure.data[0], self.figure.data[1]
-            tps.x, tps.y = [t for t, _ in self.points], [v for _, v in self.points]
-            latency.x, latency.y = tps.x, self.latencies
-            stalls = [{"start": s.start, "end": s.end} for s in find_stalls(self.points)]
-            self.figure.layout.shapes = _stall_shapes(stalls, len(self.rows))
+        self._draw()
 
     def add_samples(self, fresh: dict[str, list[dict]]) -> None:
+        """Probe samples; drawn with the next progress line (or within a second if none comes)."""
         for name, rows in fresh.items():
-            if name == WORK:
+            if name in self.probe_samples:
                 self.probe_samples[name].extend(rows)
-                goodput = next(t for t in self.figure.data if t.name == GOODPUT_NAME)
-                rates = work_rates(self.probe_samples[name])
-                goodput.x, goodput.y = [t for t, _ in rates], [r for _, r in rates]
-                continue
-            if name not in self.rows:
-                continue
-            self.probe_samples[name].extend(rows)
-            row_index = self.rows.index(name) + 1
-            traces = _wait_traces(self.probe_samples[name]) if name == "waits" else _probe_traces(name, self.probe_samples[name])
-            existing = {trace.name: trace for trace in self.figure.data}
-            with self.figure.batch_update():
+                self._dirty.add(name)
+        if self._dirty and time.monotonic() - self._drawn_at >= 1.0:
+            self._draw()
+
+    def _draw(self) -> None:
+        # One batched update per second at most: each update is a redraw in the browser, and a
+        # browser that redraws several times a second on a busy laptop falls behind.
+        go, _ = _go()
+        with self.figure.batch_update():
+            if self.points:
+                self.figure.layout.title.text = f"{self.title} · {self.received} s so far"
+                tps, latency = self.figure.data[0], self.figure.data[1]
+                tps.x, tps.y = [t for t, _ in self.points], [v for _, v in self.points]
+                latency.x, latency.y = tps.x, self.latencies
+                stalls = [{"start": s.start, "end": s.end} for s in find_stalls(self.points)]
+                self.figure.layout.shapes = _stall_shapes(stalls, len(self.rows))
+            for name in sorted(self._dirty):
+                samples = self.probe_samples[name]
+                if name == WORK:
+                    goodput = next(t for t in self.figure.data if t.name == GOODPUT_NAME)
+                    rates = work_rates(samples)
+                    goodput.x, goodput.y = [t for t, _ in rates], [r for _, r in rates]
+                    continue
+                if name not in self.rows:
+                    continue
+                row_index = self.rows.index(name) + 1
+                traces = _wait_traces(samples) if name == "waits" else _probe_traces(name, samples)
+                existing = {trace.name: trace for trace in self.figure.data}
                 for trace in traces:
                     if trace.name in existing:
                         existing[trace.name].x, existing[trace.name].y = trace.x, trace.y
                     else:
                         self.figure.add_trace(trace, row=row_index, col=1)
+        self._dirty.clear()
+        self._drawn_at = time.monotonic()
 
 
 def compare(runs: list[Run], *, metric: str = "tps", title: str | None = None):

@@ -74,9 +74,11 @@ def test_live_chart_grows_and_shades():
     for t, tps in [(1, 100.0), (2, 110.0), (3, 2.0), (4, 105.0)]:
         chart.add_progress(Progress(t=t, tps=tps, lat_ms=1.0, stddev_ms=0.1))
     chart.add_samples({"waits": [{"t": 0.25, "wait": "Lock: transactionid", "backends": 5}]})
-    assert list(chart.figure.data[0].y) == [100.0, 110.0, 2.0, 105.0]
+    assert "Lock: transactionid" not in {trace.name for trace in chart.figure.data}  # at most one redraw a second
+    chart.add_progress(Progress(t=5, tps=104.0, lat_ms=1.0, stddev_ms=0.1))  # drawn with the next second
+    assert list(chart.figure.data[0].y) == [100.0, 110.0, 2.0, 105.0, 104.0]
     assert len(chart.figure.layout.shapes) == 1
-    assert chart.received == 4
+    assert chart.received == 5 and chart.figure.layout.title.text == "demo · 5 s so far"
     assert "Lock: transactionid" in {trace.name for trace in chart.figure.data}
 
 
@@ -105,6 +107,7 @@ def test_live_chart_draws_goodput():
     live = charts.LiveChart("live", ["waits", "work"])
     live.add_samples({"work": [{"t": 0.0, "work": 10}, {"t": 1.0, "work": 30}]})
     live.add_samples({"work": [{"t": 2.0, "work": 60}]})
+    live.add_progress(Progress(t=2, tps=50.0, lat_ms=1.0, stddev_ms=0.1))
     goodput = next(trace for trace in live.figure.data if trace.name.startswith("goodput"))
     assert list(goodput.y) == [20.0, 30.0]
 

@@ -1,0 +1,152 @@
+"""A real browser: JupyterLab headless, 00-start-here run cell by cell as a student would.
+
+Checks from the page itself that the live chart received points while the pgbench cell was still
+running, and that the widget panel rendered; saves a screenshot. Needs Chromium (Debian:
+``apt-get install chromium``) and the ``browser`` extra (playwright, used with that Chromium).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser") if shutil.which(name)), None)
+try:
+    import playwright.sync_api  # noqa: F401
+    PLAYWRIGHT = True
+except ImportError:
+    PLAYWRIGHT = False
+
+pytestmark = [
+    pytest.mark.integration, pytest.mark.browser,
+    pytest.mark.skipif(CHROMIUM is None, reason="no Chromium (Debian: apt-get install chromium)"),
+    pytest.mark.skipif(not PLAYWRIGHT, reason="playwright is not installed (pip install -e '.[browser]')"),
+]
+
+
+LIVE_STATE = """cell => {
+  const prompt = cell.querySelector('.jp-InputPrompt').textContent.trim();
+  const plot = cell.querySelector('.js-plotly-plot');
+  if (!plot || !plot._fullLayout) return [prompt, null, 0];
+  const tps = (plot.data || []).find(trace => trace.name === 'tps per second');
+  return [prompt, plot._fullLayout.title.text, tps && tps.x ? tps.x.length : 0];
+}"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def jupyterlab(tmp_path_factory):
+    """JupyterLab on 127.0.0.1 serving a copy of the notebook (autosave must not touch the repository)."""
+    root = tmp_path_factory.mktemp("lab-root")
+    shutil.copy(ROOT / "notebooks" / "00-start-here.ipynb", root)
+    token, port = secrets.token_hex(16), _free_port()
+    log = open(root / "jupyter.log", "w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "lab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
+         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--ServerApp.open_browser=False",
+         *(["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else [])],
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        # laptop: 15 s runs. On a loaded 2-core machine the live chart needs a few seconds to appear,
+        # and the ci profile's 4 s runs end about then.
+        env={**os.environ, "LABKIT_PROFILE": os.environ.get("LABKIT_BROWSER_PROFILE", "laptop")},
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
+            break
+        except OSError:
+            if time.monotonic() > deadline or process.poll() is not None:
+                process.kill()
+                process.wait()
+                log.close()
+                pytest.fail(f"JupyterLab did not start: {(root / 'jupyter.log').read_text()[-800:]}")
+            time.sleep(0.5)
+    yield base, token, root
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+    log.close()
+
+
+def test_a_student_runs_the_tour_in_jupyterlab(jupyterlab):
+    from playwright.sync_api import sync_playwright
+
+    base, token, root = jupyterlab
+    seen_live = []  # (title of the live chart, prompt of its cell, points drawn) while a pgbench cell ran
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{base}/lab/tree/00-start-here.ipynb?token={token}")
+        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+        try:  # JupyterLab may ask which kernel to start: the notebook's own (Python 3)
+            page.click(".jp-Dialog button:has-text('Select')", timeout=10_000)
+        except Exception:  # noqa: BLE001 - no dialog: the kernel started by itself
+            pass
+        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
+        # Run the cells one by one with Shift+Enter, as a student does (the running cell stays in view).
+        page.click(".jp-Notebook .jp-Cell >> nth=0")
+        page.keyboard.press("Escape")
+        count = len(page.query_selector_all(".jp-Notebook .jp-Cell"))
+        code_cells = len(page.query_selector_all(".jp-Notebook .jp-CodeCell"))
+        deadline = time.monotonic() + 400
+        for _ in range(count):
+            cell = page.query_selector(".jp-Notebook .jp-Cell.jp-mod-active")
+            is_code = "jp-CodeCell" in (cell.get_attribute("class") or "")
+            watch = is_code and "%%pgbench" in (cell.query_selector(".jp-InputArea").text_content() or "")
+            page.keyboard.press("Shift+Enter")
+            while is_code and time.monotonic() < deadline:
+                # One round trip: the cell's prompt and, if its live chart is drawn, plotly's own state.
+                prompt, title, points = cell.evaluate(LIVE_STATE)
+                if watch and title and "s so far" in title:
+                    seen_live.append((title, prompt, points))
+                    if points >= 3 and prompt == "[*]:" and not (root / "00-start-here-live.png").exists():
+                        page.screenshot(path=str(root / "00-start-here-live.png"))
+                if re.fullmatch(r"\[\d+\]:", prompt):
+                    break
+                time.sleep(0.2)
+        # (Shift+Enter on the last cell adds an empty one below it: look at the notebook's own cells.)
+        prompts = [(e.text_content() or "").strip()
+                   for e in page.query_selector_all(".jp-CodeCell .jp-InputPrompt")][:code_cells]
+        page.wait_for_timeout(1500)
+        errors = [e.text_content() for e in page.query_selector_all("[data-mime-type='application/vnd.jupyter.error']")]
+        buttons = [e.text_content() for e in page.query_selector_all(".jupyter-widgets button, button.jupyter-button")]
+        panel = page.query_selector("button.jupyter-button:has-text('Run')")
+        if panel:
+            panel.scroll_into_view_if_needed()
+        screenshot = root / "00-start-here.png"
+        page.screenshot(path=str(screenshot))
+        browser.close()
+    kept = ROOT / "executed" / "browser"  # executed/ is ignored by git: the screenshots stay for a look
+    kept.mkdir(parents=True, exist_ok=True)
+    for picture in root.glob("*.png"):
+        shutil.copy(picture, kept / picture.name)
+    print(f"screenshots: {sorted(str(p) for p in kept.glob('*.png'))}")
+    assert not errors, errors[0][:500]
+    assert prompts and all(re.fullmatch(r"\[\d+\]:", text) for text in prompts), f"not every cell ran: {prompts}"
+    running = [(title, points) for title, prompt, points in seen_live if prompt == "[*]:"]
+    assert running, f"the live chart never showed progress while its cell ran (seen: {seen_live[:3]})"
+    print(f"live chart while its cell ran: {len(running)} observations, e.g. {running[-1]}")
+    assert any(points >= 2 for _, points in running), running[:5]
+    assert any("Run" in (text or "") for text in buttons), f"no panel button rendered ({buttons[:5]})"
+    assert screenshot.stat().st_size > 20_000
