@@ -169,7 +169,6 @@ class LiveChart:
             self.figure.add_trace(_goodput_trace([]), row=1, col=1)
         self.points: list[tuple[float, float]] = []
         self.latencies: list[float | None] = []
-        self.waits: list[dict] = []
         self.probe_samples: dict[str, list[dict]] = {name: [] for name in probe_names}
         self.title = title
         self._dirty: set[str] = set()
@@ -195,7 +194,6 @@ class LiveChart:
     def _draw(self) -> None:
         # One batched update per second at most: each update is a redraw in the browser, and a
         # browser that redraws several times a second on a busy laptop falls behind.
-        go, _ = _go()
         with self.figure.batch_update():
             if self.points:
                 self.figure.layout.title.text = f"{self.title} · {self.received} s so far"

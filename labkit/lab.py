@@ -351,11 +351,11 @@ def start(notebook: str | None = None, *, profile: str | None = None, fresh: boo
                 raise LabkitError(f"Could not create the database {database}: {error.diag.message_primary}") from None
             messages.append(f"Created the database {database}.")
     if chosen.name != "ci":
-        from .profiles import advise
+        from .profiles import advise, fitting, machine_size
 
-        advice = advise()
-        if "'ci' profile fits best" in advice:
-            messages.append(f"{advice} (now: {chosen.name})")
+        cores, memory = machine_size()
+        if fitting(cores, memory) == "ci":
+            messages.append(f"{advise(cores, memory)} (now: {chosen.name})")
     lab = Lab(server, notebook, chosen, messages=messages)
     if not exists:
         _create_extensions(lab, extensions)

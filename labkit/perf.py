@@ -8,9 +8,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
+
+from .errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -28,16 +30,21 @@ def availability() -> Availability:
     if binary is None:
         return Availability(False, "perf is not installed (Debian/Ubuntu: apt-get install linux-perf); "
                                    "labs fall back to wait-event sampling")
-    with tempfile.TemporaryDirectory() as folder:
-        try:
-            result = subprocess.run([binary, "record", "-q", "-e", "cpu-clock", "-o", f"{folder}/probe.data", "--", "true"],
-                                    capture_output=True, text=True, timeout=20)
-        except (OSError, subprocess.TimeoutExpired) as error:
-            return Availability(False, f"perf did not run ({error}); labs fall back to wait-event sampling")
+    try:
+        result = _try_record(binary)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return Availability(False, f"perf did not run ({error}); labs fall back to wait-event sampling")
     if result.returncode != 0:
         reason = (result.stderr.strip().splitlines() or ["unknown reason"])[0]
         return Availability(False, f"perf is not permitted here ({reason}); labs fall back to wait-event sampling")
     return Availability(True, f"{binary} works with software events (-e cpu-clock)")
+
+
+def _try_record(binary: str, *options: str) -> subprocess.CompletedProcess:
+    """``perf record -e cpu-clock [options] -- true`` into a throw-away file: does this perf work here?"""
+    with tempfile.TemporaryDirectory() as folder:
+        return subprocess.run([binary, "record", "-q", "-e", "cpu-clock", *options, "-o", f"{folder}/probe.data",
+                               "--", "true"], capture_output=True, text=True, timeout=20)
 
 
 # ----------------------------------------------------------------------------- recording
@@ -57,14 +64,10 @@ def dwarf_works() -> bool:
     """Whether ``perf record --call-graph dwarf`` works here (tried once on a short command)."""
     if not availability().available:
         return False
-    with tempfile.TemporaryDirectory() as folder:
-        try:
-            result = subprocess.run(
-                [shutil.which("perf"), "record", "-q", "-e", "cpu-clock", "--call-graph", "dwarf,4096",
-                 "-o", f"{folder}/probe.data", "--", "true"], capture_output=True, text=True, timeout=20)
-        except (OSError, subprocess.TimeoutExpired):
-            return False
-    return result.returncode == 0
+    try:
+        return _try_record(shutil.which("perf"), "--call-graph", "dwarf,4096").returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
 
 
 class Recording:
@@ -150,8 +153,7 @@ class Profile:
     note: str
 
     def to_dict(self) -> dict:
-        return {"symbols": self.symbols, "folded": self.folded, "samples": self.samples,
-                "call_graph": self.call_graph, "note": self.note}
+        return asdict(self)
 
 
 _REPORT_LINE = re.compile(r"^\s+(?P<first>[\d.]+)%\s+(?:(?P<second>[\d.]+)%\s+)?(?P<dso>\S+)\s+\[(?P<kind>.)\]\s+(?P<symbol>.+?)\s*$")
@@ -239,8 +241,6 @@ def fold_script(text: str, *, limit: int | None = None) -> dict[str, int]:
 
 def profile_of(run) -> dict:
     """The run's ``extra.perf``, or a clear error if the run was not profiled."""
-    from .errors import UsageError
-
     figures = run.extra.get("perf")
     if figures is None:
         raise UsageError(f"Run {run.name!r} was not profiled: run it with perf=True.")

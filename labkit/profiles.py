@@ -114,6 +114,20 @@ def _read_first(paths: list[str]) -> str | None:
     return None
 
 
+def fitting(cores: float, memory_bytes: int) -> str:
+    """The profile that suits ``cores`` CPUs and ``memory_bytes`` of memory.
+
+    >>> fitting(2, 8 * 2**30), fitting(8, 16 * 2**30), fitting(64, 256 * 2**30)
+    ('ci', 'laptop', 'article')
+    """
+    gib = memory_bytes / 2**30
+    if cores <= 2 or gib < 4:
+        return "ci"
+    if cores >= 32 and gib >= 64:
+        return "article"
+    return "laptop"
+
+
 def advise(cores: float | None = None, memory_bytes: int | None = None) -> str:
     """Which profile suits this machine (its container limits included), in one sentence.
 
@@ -128,11 +142,12 @@ def advise(cores: float | None = None, memory_bytes: int | None = None) -> str:
         memory_bytes = memory_bytes or found_memory
     gib = memory_bytes / 2**30
     count = f"{cores:g} CPU" + ("" if cores == 1 else "s")
-    if cores <= 2 or gib < 4:
+    name = fitting(cores, memory_bytes)
+    if name == "ci":
         return (
             f"This machine gives the labs {count} and {gib:.1f} GiB: the 'ci' profile fits best "
             "(LABKIT_PROFILE=ci); 'laptop' works but runs slowly."
         )
-    if cores >= 32 and gib >= 64:
+    if name == "article":
         return f"This machine gives the labs {count} and {gib:.0f} GiB: it can run the 'article' profile."
     return f"This machine gives the labs {count} and {gib:.1f} GiB: the 'laptop' profile fits."
