@@ -1,4 +1,4 @@
-"""The command line: ``python -m labkit doctor|server|pgbench|run``."""
+"""The command line: ``python -m labkit doctor|server|pgbench|run|pictures|binder``."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from .errors import LabkitError
 def doctor(_args) -> int:
     """What labkit finds on this machine."""
     from .perf import availability, dwarf_works
-    from .profiles import advise, current
+    from .profiles import advise, current, default_name
     from .server import EmbeddedServer, wheel_bin_dir
 
     rows = []
@@ -35,7 +35,8 @@ def doctor(_args) -> int:
     rows.append(("server home", str(server.home)))
     rows.append(("server", "running" if server.running() else "stopped"))
     rows.append(("results", str(config.results_dir())))
-    rows.append(("profile", f"{current().name}. {advise()}"))
+    source = {"LABKIT_PROFILE": "from LABKIT_PROFILE", "Binder": "on Binder", "default": "the default"}[default_name()[1]]
+    rows.append(("profile", f"{current().name} ({source}). {advise()}"))
     rows.append(("perf", availability().message))
     if availability().available:
         rows.append(("perf call chains", "DWARF unwinding works (--call-graph dwarf)" if dwarf_works()
@@ -112,6 +113,21 @@ def run_notebooks(args) -> int:
     return 1 if failed else 0
 
 
+def binder_command(args) -> int:
+    from . import binder
+
+    remote = args.remote or binder.origin()
+    url = binder.link(remote, ref=args.ref)
+    line = binder.badge(url)
+    print(url)
+    print(line)
+    if args.readme:
+        readme = Path(args.readme)
+        changed = binder.write_badge(readme, line)
+        print(f"{readme}: {'badge written' if changed else 'badge already there'}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m labkit", description="PostgreSQL Concurrency Labs")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -132,6 +148,11 @@ def main(argv: list[str] | None = None) -> int:
     pictures = commands.add_parser("pictures", help="PNGs of each lab's key chart from its run records")
     pictures.add_argument("--profile", default="laptop", help="whose records (default: laptop)")
     pictures.add_argument("--output", default="notebooks/pictures", help="folder for the PNGs")
+    binder_parser = commands.add_parser("binder", help="the Binder link and README badge of a public copy of the labs")
+    binder_parser.add_argument("remote", nargs="?", help="the repository's public address (default: git's origin)")
+    binder_parser.add_argument("--ref", default="HEAD", help="branch, tag or commit to build (default: HEAD)")
+    binder_parser.add_argument("--readme", nargs="?", const="README.md", default=None,
+                               help="also write the badge between the README's badge markers")
     args, extra = parser.parse_known_args(argv)
     if extra and args.command != "pgbench":
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
@@ -142,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
             return server(args)
         if args.command == "pgbench":
             return pgbench_command(args, extra)
+        if args.command == "binder":
+            return binder_command(args)
         if args.command == "pictures":
             from .pictures import write_all
 

@@ -40,6 +40,18 @@ def engine_problem(timeout: float = 3.0) -> str | None:
     return None
 
 
+_OFFLINE_HINT = ("Docker could not download an image. testcontainers also starts its clean-up container "
+                 "(testcontainers/ryuk); on a machine without access to Docker Hub, set "
+                 "TESTCONTAINERS_RYUK_DISABLED=true and have postgres:18 in the local image store.")
+
+
+def _local_engine() -> bool:
+    """True when the engine runs on this machine (a unix socket), so published ports are on our loopback."""
+    import os
+
+    return os.environ.get("DOCKER_HOST", "unix://").startswith("unix://")
+
+
 class DockerServer(UnmanagedServer):
     """The bundled image run by testcontainers; the same interface as the embedded server."""
 
@@ -53,15 +65,24 @@ class DockerServer(UnmanagedServer):
         if problem:
             raise LabkitError(f"LABKIT_BACKEND=docker, but {problem}. Start Docker, or unset LABKIT_BACKEND "
                               "to use the embedded PostgreSQL.")
+        from testcontainers.community.postgres import PostgresContainer
         from testcontainers.core.image import DockerImage
-        from testcontainers.postgres import PostgresContainer
 
         image = DockerImage(path=str(DOCKER_DIR), tag=IMAGE_TAG)
         image.build()
         self.container = PostgresContainer(IMAGE_TAG, username="postgres", password="lab", dbname="postgres",
                                            driver=None)
+        if _local_engine():
+            # Docker publishes on every address by default; the lab server answers this machine only.
+            self.container.ports[str(self.container.port)] = ("127.0.0.1", None)
         self.container.with_command(f"postgres -c max_connections={profile.max_connections}")
-        self.container.start()
+        try:
+            self.container.start()
+        except Exception as error:  # noqa: BLE001 - docker and testcontainers raise many kinds
+            self.container = None
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise LabkitError(f"Could not start the lab server's container: {first[:300]}",
+                              detail=_OFFLINE_HINT if "registry" in first or "pull" in first else None) from None
         return True
 
     def stop(self, mode: str = "fast") -> bool:
@@ -80,7 +101,7 @@ class DockerServer(UnmanagedServer):
     def dsn(self, database: str = "postgres") -> str:
         if self.container is None:
             raise LabkitError("The docker server is not started.")
-        host = self.container.get_container_host_ip()
+        host = "127.0.0.1" if _local_engine() else self.container.get_container_host_ip()
         port = self.container.get_exposed_port(5432)
         return f"host={host} port={port} user=postgres password=lab dbname={database}"
 

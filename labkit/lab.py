@@ -13,7 +13,7 @@ from psycopg import sql as pgsql
 from . import pgbench, records
 from .errors import LabkitError, UsageError
 from .probes import WAIT_EVENTS, Probe
-from .profiles import Profile, current
+from .profiles import Profile, current, default_name
 from .queries import query
 from .server import SETTINGS_THAT_MATTER, EmbeddedServer, client_binary, lab_settings, server_for_backend
 from .sessions import Failed, Sessions, Waiting
@@ -317,13 +317,16 @@ def start(notebook: str | None = None, *, profile: str | None = None, fresh: boo
 
     notebook: names the database (``lab_<notebook>``) and the run records; default: the
         notebook's file name when JupyterLab tells it, else "scratch".
-    profile: ci, laptop or article (default: LABKIT_PROFILE, else laptop).
+    profile: ci, laptop or article (default: LABKIT_PROFILE, else ci on Binder, else laptop).
     fresh: drop the notebook's database first (its tables are lost).
     """
     chosen = Profile.named(profile) if profile else current()
     notebook = notebook or _notebook_name()
     server = server_for_backend()
     messages: list[str] = []
+    if not profile and default_name()[1] == "Binder":
+        messages.append("On Binder: the small 'ci' profile (about one CPU here). For another, set "
+                        "os.environ['LABKIT_PROFILE'] or pass profile= to labkit.start().")
     server.register_client()
     atexit.register(server.unregister_client)
     killed = server.reap_stale_runs()

@@ -76,8 +76,30 @@ _PROFILES = {
 
 
 def current() -> Profile:
-    """The profile named by LABKIT_PROFILE (default ``laptop``)."""
-    return Profile.named(os.environ.get("LABKIT_PROFILE", "laptop").strip() or "laptop")
+    """The profile named by LABKIT_PROFILE; without it ``ci`` on Binder, else ``laptop``."""
+    return Profile.named(default_name()[0])
+
+
+def default_name(environ=None) -> tuple[str, str]:
+    """The profile to use when none is passed, and where that choice comes from.
+
+    A Binder session gets about one CPU, where ``laptop`` runs take several times longer, so
+    a student who opens an instructor's Binder link gets ``ci`` without setting anything.
+
+    >>> default_name({"LABKIT_PROFILE": "article"}), default_name({"BINDER_REPO_URL": "https://github.com/a/b"})
+    (('article', 'LABKIT_PROFILE'), ('ci', 'Binder'))
+    >>> default_name({})
+    ('laptop', 'default')
+    """
+    from .binder import on_binder
+
+    environ = os.environ if environ is None else environ
+    named = environ.get("LABKIT_PROFILE", "").strip()
+    if named:
+        return named, "LABKIT_PROFILE"
+    if on_binder(environ):
+        return "ci", "Binder"
+    return "laptop", "default"
 
 
 def machine_size() -> tuple[float, int]:

@@ -30,6 +30,16 @@ def test_start_reuses_the_running_server(lab):
     again.close()
 
 
+def test_on_binder_without_a_profile_the_ci_profile_is_used_and_said(lab, monkeypatch):
+    monkeypatch.delenv("LABKIT_PROFILE", raising=False)
+    monkeypatch.setenv("BINDER_REPO_URL", "https://github.com/someone/pg-labs")
+    binder = labkit.start("tests")
+    assert binder.profile.name == "ci"
+    assert any("On Binder" in message for message in binder.messages)
+    monkeypatch.delenv("BINDER_REPO_URL")
+    assert labkit.start("tests", profile="ci").messages == [m for m in binder.messages if "On Binder" not in m]
+
+
 def test_lab_settings_and_no_network(lab):
     settings = lab.settings().set_index("name")["setting"]
     assert settings["listen_addresses"] == ""
