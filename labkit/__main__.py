@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from . import config
-from .errors import LabkitError
+from .errors import LabkitError, connection_problem
 
 
 def doctor(_args) -> int:
@@ -31,9 +31,12 @@ def doctor(_args) -> int:
     if system:
         rows.append(("system PostgreSQL", f"{system} (found, not used: labkit runs its own)"))
     rows.append(("backend", config.backend() + (" (LABKIT_DSN)" if os.environ.get("LABKIT_DSN") else "")))
-    server = EmbeddedServer()
-    rows.append(("server home", str(server.home)))
-    rows.append(("server", "running" if server.running() else "stopped"))
+    if config.backend() == "external":
+        rows.append(("server", _external_state()))
+    else:
+        server = EmbeddedServer()
+        rows.append(("server home", str(server.home)))
+        rows.append(("server", "running" if server.running() else "stopped"))
     rows.append(("results", str(config.results_dir())))
     source = {"LABKIT_PROFILE": "from LABKIT_PROFILE", "Binder": "on Binder", "default": "the default"}[default_name()[1]]
     rows.append(("profile", f"{current().name} ({source}). {advise()}"))
@@ -46,6 +49,21 @@ def doctor(_args) -> int:
     for name, value in rows:
         print(f"{name.ljust(width)}  {value}")
     return 0
+
+
+def _external_state() -> str:
+    import psycopg
+
+    from .server import server_for_backend
+
+    target = server_for_backend()
+    where = f"{target.params.get('host', 'local socket')}:{target.params.get('port', '5432')}"
+    try:
+        with psycopg.connect(target.dsn(), connect_timeout=3) as connection:
+            version = connection.execute("show server_version").fetchone()[0]
+    except psycopg.Error as error:
+        return f"{where} (LABKIT_DSN) does not answer: {connection_problem(error)[:200]}"
+    return f"{where} (LABKIT_DSN) answers: PostgreSQL {version}"
 
 
 def _docker_state() -> str:

@@ -24,3 +24,15 @@ def tail(text: str, lines: int = 15) -> str:
     """The last ``lines`` lines of ``text`` (for attaching a log to an error)."""
     rows = [row for row in text.splitlines() if row.strip()]
     return "\n".join(rows[-lines:])
+
+
+def connection_problem(error: BaseException) -> str:
+    """One line on why a connection failed: libpq's reason, with its hint when there is room.
+
+    >>> connection_problem(Exception('connection failed: connection to server at "127.0.0.1", port 1 failed: Connection refused\\n\\tIs the server running on that host?'))
+    'connection to server at "127.0.0.1", port 1 failed: Connection refused'
+    """
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    return lines[0].removeprefix("connection failed: ")

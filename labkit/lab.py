@@ -11,7 +11,7 @@ import psycopg
 from psycopg import sql as pgsql
 
 from . import pgbench, records
-from .errors import LabkitError, UsageError
+from .errors import LabkitError, UsageError, connection_problem
 from .probes import WAIT_EVENTS, Probe
 from .profiles import Profile, current, default_name
 from .queries import query
@@ -339,7 +339,7 @@ def start(notebook: str | None = None, *, profile: str | None = None, fresh: boo
         connection = psycopg.connect(admin, autocommit=True, connect_timeout=5)
     except psycopg.OperationalError as error:
         where = "LABKIT_DSN" if server.kind == "external" else "the lab server"
-        raise LabkitError(f"Could not connect to {where}: {str(error).strip().splitlines()[-1]}") from None
+        raise LabkitError(f"Could not connect to {where}: {connection_problem(error)}") from None
     with connection:
         database = database_name(notebook)
         if server.kind == "external":

@@ -143,3 +143,16 @@ def test_need_connections_raises_the_limit_only_when_needed(lab):
     assert after > before
     assert any("Raised max_connections" in message for message in lab.messages)
     lab.set(max_connections=before)
+
+
+def test_doctor_reports_whether_the_external_server_answers(lab, monkeypatch, capsys):
+    from labkit.__main__ import main
+
+    monkeypatch.setenv("LABKIT_DSN", lab.server.dsn("postgres"))
+    assert main(["doctor"]) == 0
+    server_line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("server "))
+    assert "(LABKIT_DSN) answers: PostgreSQL 18" in server_line
+    monkeypatch.setenv("LABKIT_DSN", "host=127.0.0.1 port=1 user=nobody dbname=none connect_timeout=2")
+    assert main(["doctor"]) == 0
+    server_line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("server "))
+    assert "127.0.0.1:1 (LABKIT_DSN) does not answer: " in server_line and "Connection refused" in server_line
