@@ -34,16 +34,23 @@ def execute(path: Path, *, profile: str | None = None, output_dir: Path = Path("
         # Each figure's HTML loads plotly.js from its CDN; the exported page gets one inline copy
         # instead (see embed_plotly), so it opens offline. The .ipynb keeps the figures as data.
         os.environ.setdefault("PLOTLY_RENDERER", "plotly_mimetype+notebook_connected")
+    import tempfile
+
+    from traitlets.config import Config
+
     notebook = nbformat.read(path, as_version=4)
-    client = NotebookClient(notebook, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}})
     started = time.monotonic()
     error = None
-    try:
-        client.execute()
-    except CellExecutionError as failure:
-        name, value = getattr(failure, "ename", ""), getattr(failure, "evalue", "")
-        error = (f"{name}: {value}" if name else str(failure).strip().splitlines()[-1])[:300]
+    # The kernel talks over unix sockets in a private folder: no TCP port, even on loopback.
+    with tempfile.TemporaryDirectory(prefix="labkit-kernel-") as sockets:
+        ipc = Config({"KernelManager": {"transport": "ipc", "ip": str(Path(sockets) / "kernel")}})
+        client = NotebookClient(notebook, timeout=timeout, kernel_name="python3", config=ipc,
+                                resources={"metadata": {"path": str(path.parent)}})
+        try:
+            client.execute()
+        except CellExecutionError as failure:
+            name, value = getattr(failure, "ename", ""), getattr(failure, "evalue", "")
+            error = (f"{name}: {value}" if name else str(failure).strip().splitlines()[-1])[:300]
     output_dir.mkdir(parents=True, exist_ok=True)
     target = output_dir / path.name
     nbformat.write(notebook, target)
