@@ -126,7 +126,7 @@ def run_notebooks(args) -> int:
     failed = 0
     for path in paths:
         result = execute(path, profile=args.profile, output_dir=Path(args.output), html=not args.no_html)
-        print(result.line())
+        print(result.line(), flush=True)
         failed += result.error is not None
     return 1 if failed else 0
 
