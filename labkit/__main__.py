@@ -78,6 +78,10 @@ def server(args) -> int:
     from .server import server_for_backend
 
     target = server_for_backend()
+    if target.kind == "docker":
+        raise LabkitError("With LABKIT_BACKEND=docker, the container lives as long as the Python process that "
+                          "started it: start it from a notebook with labkit.start(), or use "
+                          "docker/compose.yaml for a server that stays up.")
     if args.action == "start":
         started = target.start(current(), watch=False)
         if hasattr(target, "pin"):

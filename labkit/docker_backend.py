@@ -61,6 +61,8 @@ class DockerServer(UnmanagedServer):
         self.container = None
 
     def start(self, profile: Profile, *, watch: bool = True) -> bool:
+        if self.running():
+            return False
         problem = engine_problem()
         if problem:
             raise LabkitError(f"LABKIT_BACKEND=docker, but {problem}. Start Docker, or unset LABKIT_BACKEND "
@@ -96,7 +98,14 @@ class DockerServer(UnmanagedServer):
         self.container.get_wrapped_container().restart()
 
     def running(self) -> bool:
-        return self.container is not None
+        if self.container is None:
+            return False
+        try:
+            wrapped = self.container.get_wrapped_container()
+            wrapped.reload()
+        except Exception:  # noqa: BLE001 - removed behind our back, or the engine went away
+            return False
+        return wrapped.status == "running"
 
     def dsn(self, database: str = "postgres") -> str:
         if self.container is None:
@@ -110,3 +119,14 @@ class DockerServer(UnmanagedServer):
 
     def status(self) -> Status:
         return Status(self.kind, self.running(), None, self.uri() if self.container else None, None, None, 0)
+
+
+_SHARED: DockerServer | None = None
+
+
+def shared() -> DockerServer:
+    """This process's one docker server: every labkit.start() in a kernel reuses its container."""
+    global _SHARED
+    if _SHARED is None:
+        _SHARED = DockerServer()
+    return _SHARED

@@ -563,7 +563,7 @@ def server_for_backend(name: str | None = None):
             raise UsageError("LABKIT_BACKEND=external needs LABKIT_DSN (a connection string or URI).")
         return ExternalServer(dsn)
     if name == "docker":
-        from .docker_backend import DockerServer
+        from .docker_backend import shared
 
-        return DockerServer()
+        return shared()
     raise UsageError(f"Unknown LABKIT_BACKEND={name!r}: use embedded, external or docker.")

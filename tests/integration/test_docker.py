@@ -37,6 +37,14 @@ def test_the_image_has_the_lab_settings_and_extensions(docker_lab):
     assert docker_lab.value("select count(*) from pg_extension where extname in ('pageinspect', 'pgstattuple')") == 2
 
 
+def test_starting_again_in_the_same_process_reuses_the_container(docker_lab):
+    container = docker_lab.server.container.get_wrapped_container().id
+    again = labkit.start("docker-check")
+    assert again.server is docker_lab.server
+    assert again.server.container.get_wrapped_container().id == container
+    assert not any("Started" in message for message in again.messages)
+
+
 def test_a_run_against_the_container(docker_lab):
     docker_lab.sql("drop table if exists hot; create table hot (id int primary key, n int); insert into hot values (1, 0)")
     run = docker_lab.pgbench("update hot set n = n + 1 where id = 1;", name="docker", clients=4, duration=2, live=False)
