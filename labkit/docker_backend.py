@@ -6,6 +6,7 @@ seconds instead of hanging.
 
 from __future__ import annotations
 
+import atexit
 from pathlib import Path
 
 from .errors import LabkitError
@@ -85,6 +86,8 @@ class DockerServer(UnmanagedServer):
             first = (str(error).strip().splitlines() or [type(error).__name__])[0]
             raise LabkitError(f"Could not start the lab server's container: {first[:300]}",
                               detail=_OFFLINE_HINT if "registry" in first or "pull" in first else None) from None
+        # A kernel that ends normally removes its container itself; Ryuk covers a killed one.
+        atexit.register(self._stop_at_exit)
         return True
 
     def stop(self, mode: str = "fast") -> bool:
@@ -93,6 +96,12 @@ class DockerServer(UnmanagedServer):
         self.container.stop()
         self.container = None
         return True
+
+    def _stop_at_exit(self) -> None:
+        try:
+            self.stop()
+        except Exception:  # noqa: BLE001 - the engine may be gone already; Ryuk then cleans up
+            pass
 
     def restart(self) -> None:
         self.container.get_wrapped_container().restart()

@@ -52,3 +52,23 @@ def test_a_run_against_the_container(docker_lab):
     assert docker_lab.value("select n from hot") == run.transactions
     perf = docker_lab.pgbench("select 1;", name="docker-perf", clients=1, duration=1, live=False, perf=True)
     assert perf.extra["perf"]["available"] is False  # the server is not a local process labkit started
+
+
+def test_a_process_that_ends_removes_its_container():
+    import os
+    import subprocess
+    import sys
+
+    import docker
+
+    code = "import labkit; lab = labkit.start('docker-exit'); print(lab.server.container.get_wrapped_container().id)"
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "LABKIT_BACKEND": "docker"},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    container = done.stdout.strip().splitlines()[-1]
+    client = docker.from_env()
+    try:
+        with pytest.raises(docker.errors.NotFound):
+            client.containers.get(container)
+    finally:
+        client.close()
