@@ -7,6 +7,7 @@ seconds instead of hanging.
 from __future__ import annotations
 
 import atexit
+import os
 from pathlib import Path
 
 from .errors import LabkitError
@@ -23,7 +24,6 @@ def engine_problem(timeout: float = 3.0) -> str | None:
         import docker
     except ImportError:
         return "the docker Python package is missing (pip install testcontainers)"
-    import os
 
     host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     if host.startswith("unix://") and not os.path.exists(host[len("unix://"):]):
@@ -48,8 +48,6 @@ _OFFLINE_HINT = ("Docker could not download an image. testcontainers also starts
 
 def _local_engine() -> bool:
     """True when the engine runs on this machine (a unix socket), so published ports are on our loopback."""
-    import os
-
     return os.environ.get("DOCKER_HOST", "unix://").startswith("unix://")
 
 

@@ -27,7 +27,7 @@ def tail(text: str, lines: int = 15) -> str:
 
 
 def connection_problem(error: BaseException) -> str:
-    """One line on why a connection failed: libpq's reason, with its hint when there is room.
+    """One line on why a connection failed: libpq's reason (its first line), without the hint below it.
 
     >>> connection_problem(Exception('connection failed: connection to server at "127.0.0.1", port 1 failed: Connection refused\\n\\tIs the server running on that host?'))
     'connection to server at "127.0.0.1", port 1 failed: Connection refused'

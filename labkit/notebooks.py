@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,8 +35,6 @@ def execute(path: Path, *, profile: str | None = None, output_dir: Path = Path("
         # Each figure's HTML loads plotly.js from its CDN; the exported page gets one inline copy
         # instead (see embed_plotly), so it opens offline. The .ipynb keeps the figures as data.
         os.environ.setdefault("PLOTLY_RENDERER", "plotly_mimetype+notebook_connected")
-    import tempfile
-
     from traitlets.config import Config
 
     notebook = nbformat.read(path, as_version=4)

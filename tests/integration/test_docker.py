@@ -4,6 +4,10 @@ Where no engine answers (these CI machines), the tests are skipped with the engi
 the failure path without an engine is tested in test_server.py.
 """
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 import labkit
@@ -16,8 +20,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.docker,
 
 @pytest.fixture(scope="module")
 def docker_lab():
-    import os
-
     old = os.environ.get("LABKIT_BACKEND")
     os.environ["LABKIT_BACKEND"] = "docker"
     lab = labkit.start("docker-check")
@@ -55,10 +57,6 @@ def test_a_run_against_the_container(docker_lab):
 
 
 def test_a_process_that_ends_removes_its_container():
-    import os
-    import subprocess
-    import sys
-
     import docker
 
     code = "import labkit; lab = labkit.start('docker-exit'); print(lab.server.container.get_wrapped_container().id)"
