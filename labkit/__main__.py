@@ -16,30 +16,39 @@ from .errors import LabkitError, connection_problem
 
 def doctor(_args) -> int:
     """What labkit finds on this machine."""
+    from .backend import server_for_backend
+    from .binaries import program, wheel_bin_dir
+    from .limits import file_limit, problems
     from .perf import availability, dwarf_works
     from .profiles import advise, current, default_name
-    from .server import EmbeddedServer, wheel_bin_dir
 
     rows = []
     try:
         bin_dir = wheel_bin_dir()
-        version = subprocess.run([str(bin_dir / "pgbench"), "--version"], capture_output=True, text=True).stdout.strip()
+        version = subprocess.run([str(program("pgbench", bin_dir)), "--version"], capture_output=True, text=True,
+                                 encoding="utf-8", errors="replace").stdout.strip()
         rows.append(("embedded PostgreSQL", f"{bin_dir} ({version})"))
     except LabkitError as error:
         rows.append(("embedded PostgreSQL", f"missing: {error.short}"))
-    system = shutil.which("postgres") or shutil.which("pg_ctl") or next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin/postgres"))), None)
+    system = shutil.which("postgres") or shutil.which("pg_ctl")
     if system:
         rows.append(("system PostgreSQL", f"{system} (found, not used: labkit runs its own)"))
     rows.append(("backend", config.backend() + (" (LABKIT_DSN)" if os.environ.get("LABKIT_DSN") else "")))
     if config.backend() == "external":
         rows.append(("server", _external_state()))
-    else:
-        server = EmbeddedServer()
-        rows.append(("server home", str(server.home)))
-        rows.append(("server", "running" if server.running() else "stopped"))
+    elif config.backend() == "embedded":
+        status = server_for_backend().status()
+        rows.append(("server home", str(config.home())))
+        rows.append(("server", ("running, " if status.running else "stopped; when running, ") + "listens on "
+                     + (status.listens or "?")))
     rows.append(("results", str(config.results_dir())))
+    profile = current()
     source = {"LABKIT_PROFILE": "from LABKIT_PROFILE", "Binder": "on Binder", "default": "the default"}[default_name()[1]]
-    rows.append(("profile", f"{current().name} ({source}). {advise()}"))
+    rows.append(("profile", f"{profile.name} ({source}). {advise()}"))
+    limit = file_limit()
+    rows.append(("open files", "no per-process limit (Windows)" if limit is None else f"{limit[0]} (hard limit {limit[1]})"))
+    for problem in problems(profile):
+        rows.append(("limit", problem))
     rows.append(("perf", availability().message))
     if availability().available:
         rows.append(("perf call chains", "DWARF unwinding works (--call-graph dwarf)" if dwarf_works()
@@ -54,16 +63,15 @@ def doctor(_args) -> int:
 def _external_state() -> str:
     import psycopg
 
-    from .server import server_for_backend
+    from .external import from_environment
 
-    target = server_for_backend()
-    where = f"{target.params.get('host', 'local socket')}:{target.params.get('port', '5432')}"
+    target = from_environment()
     try:
-        with psycopg.connect(target.dsn(), connect_timeout=3) as connection:
+        with psycopg.connect(target.conninfo(), connect_timeout=3) as connection:
             version = connection.execute("show server_version").fetchone()[0]
     except psycopg.Error as error:
-        return f"{where} (LABKIT_DSN) does not answer: {connection_problem(error)[:200]}"
-    return f"{where} (LABKIT_DSN) answers: PostgreSQL {version}"
+        return f"{target.where()} (LABKIT_DSN) does not answer: {connection_problem(error)[:200]}"
+    return f"{target.where()} (LABKIT_DSN) answers: PostgreSQL {version}"
 
 
 def _docker_state() -> str:
@@ -74,22 +82,23 @@ def _docker_state() -> str:
 
 
 def server(args) -> int:
+    from .backend import server_for_backend
     from .profiles import current
-    from .server import server_for_backend
 
     target = server_for_backend()
     if target.kind == "docker":
         raise LabkitError("With LABKIT_BACKEND=docker, the container lives as long as the Python process that "
                           "started it: start it from a notebook with labkit.start(), or use "
                           "docker/compose.yaml for a server that stays up.")
+    if target.kind == "external":
+        raise LabkitError("With LABKIT_DSN, labkit starts and stops nothing: `python -m labkit doctor` says "
+                          "whether that server answers.")
     if args.action == "start":
         started = target.start(current(), watch=False)
-        if hasattr(target, "pin"):
-            target.pin(True)
+        target.pin(True)
         print("started" if started else "already running")
     elif args.action == "stop":
-        if hasattr(target, "pin"):
-            target.pin(False)
+        target.pin(False)
         print("stopped" if target.stop() else "not running")
         return 0
     for line in target.status().lines():
@@ -100,25 +109,23 @@ def server(args) -> int:
 def pgbench_command(args, extra: list[str]) -> int:
     from . import pgbench
     from .lab import start
+    from .live import Printer
+    from .probes import WAIT_EVENTS
 
-    spec = pgbench.parse_options(extra + ["--name", args.name])
+    spec = pgbench.parse_options(extra, name=args.name)
     lab = start(args.notebook)
-    run = lab.runner().run(spec, probes=[] if args.no_probes else _default_probes(), echo=print)
-    summary = run.summary()
-    print("  ".join(f"{key}={value}" for key, value in summary.items()))
+    try:
+        run = lab.run_spec(spec, probes=[] if args.no_probes else [WAIT_EVENTS], live=False, observer=Printer())
+    finally:
+        lab.close()
+    print("  ".join(f"{key}={value}" for key, value in run.summary().items()))
     if args.json:
-        Path(args.json).write_text(json.dumps(run.to_dict(), indent=1, default=str))
+        Path(args.json).write_text(json.dumps(run.to_dict(), indent=1, default=str, ensure_ascii=False),
+                                   encoding="utf-8")
         print(f"record: {args.json} (also saved as {run.path})")
     else:
         print(f"record: {run.path}")
-    lab.close()
     return 0
-
-
-def _default_probes():
-    from .probes import WAIT_EVENTS
-
-    return [WAIT_EVENTS]
 
 
 def run_notebooks(args) -> int:
@@ -157,11 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     server_parser = commands.add_parser("server", help="start, stop or show the embedded server")
     server_parser.add_argument("action", choices=["start", "stop", "status"])
     bench = commands.add_parser("pgbench", help="a pgbench run through labkit (other options go to pgbench)")
+    bench.epilog = "Example: python -m labkit pgbench -c 8 -T 10 -f script.sql --name try"
     bench.add_argument("--json", help="also write the run record here")
     bench.add_argument("--name", default="cli", help="the run's name")
     bench.add_argument("--notebook", default="cli", help="whose database and records (default: cli)")
     bench.add_argument("--no-probes", action="store_true", help="do not sample wait events")
-    runner = commands.add_parser("run", help="execute lab notebooks headless and save executed copies")
+    runner = commands.add_parser("execute", aliases=["run"],
+                                 help="execute lab notebooks headless and save executed copies (also: run)")
     runner.add_argument("notebook", nargs="*")
     runner.add_argument("--all", action="store_true", help="every notebooks/NN-*.ipynb")
     runner.add_argument("--profile", default=None, help="ci, laptop or article (default: LABKIT_PROFILE)")

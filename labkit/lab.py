@@ -3,22 +3,27 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import os
 import re
+import sys
 import time
 
 import psycopg
 from psycopg import sql as pgsql
 
-from . import pgbench, records
-from .errors import LabkitError, UsageError, connection_problem
-from .probes import WAIT_EVENTS, Probe
+from . import pgbench, records, runner
+from .backend import SETTINGS_THAT_MATTER, Server, lab_settings, server_for_backend
+from .binaries import program
+from .errors import LabkitError, ServerGone, UsageError, connection_problem
+from .probes import WAIT_EVENTS, Probe, plain_value
 from .profiles import Profile, current, default_name
 from .queries import query
-from .server import SETTINGS_THAT_MATTER, EmbeddedServer, client_binary, lab_settings, server_for_backend
 from .sessions import Failed, Sessions, Waiting
 
 EXTENSIONS = ("pg_stat_statements", "pageinspect", "pgstattuple")
+# SQLSTATEs of a connection that is gone (class 08) or of a server shutting down (57P01-57P03).
+_CONNECTION_LOST = ("08", "57P01", "57P02", "57P03")
 
 
 def database_name(notebook: str) -> str:
@@ -38,38 +43,58 @@ def _notebook_name() -> str:
     return "scratch"
 
 
+def _server_must_answer(method):
+    """Turn "the server is gone" into :class:`ServerGone` (one line, what to do); other errors pass."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except psycopg.OperationalError as error:
+            lost = error.sqlstate is None or error.sqlstate.startswith(_CONNECTION_LOST)
+            if lost and not self.server.running():
+                raise ServerGone(f"The lab server is not running (it was stopped, or the computer slept): "
+                                 f"run labkit.start({self.notebook!r}) again.") from None
+            raise
+
+    return wrapper
+
+
 class Lab:
     """A notebook's lab: the server, the notebook's own database, sessions and runs."""
 
-    def __init__(self, server, notebook: str, profile: Profile, *, messages: list[str]):
+    def __init__(self, server: Server, notebook: str, profile: Profile, *, messages: list[str]):
         self.server = server
         self.notebook = notebook
         self.profile = profile
         self.database = database_name(notebook)
-        self.dsn = server.dsn(self.database)
+        self.conninfo = server.conninfo(self.database)
         self.messages = messages
-        self.sessions = Sessions(self.dsn)
+        self.sessions = Sessions(self.conninfo)
         self.last_run: records.Run | None = None
 
     # -- SQL
 
+    @_server_must_answer
     def connect(self, **kwargs) -> psycopg.Connection:
         """A new connection to the lab database (autocommit unless told otherwise)."""
         kwargs.setdefault("autocommit", True)
-        return psycopg.connect(self.dsn, **kwargs)
+        return psycopg.connect(self.conninfo, **kwargs)
 
+    @_server_must_answer
     def sql(self, statement: str, params=None, *, session: str = "main"):
         """Run SQL in a named session; a DataFrame when it returns rows, else the command tag.
 
-        Errors raise ``psycopg`` exceptions (the magic shows them as one line instead).
-        A statement that blocks on a lock raises :class:`LabkitError` here: use
-        ``%%sql --session`` or :meth:`session` for steps that are meant to block.
+        A database error is raised as psycopg raised it (its ``sqlstate`` tells which);
+        ``%%sql`` prints it as the server wrote it instead. A statement that blocks on a lock
+        raises :class:`UsageError` here: use ``%%sql --session`` or :meth:`session` for steps
+        that are meant to block.
         """
         outcome = self.session(session).run(statement, params)
         if isinstance(outcome, Failed):
-            raise LabkitError(outcome.error)
+            raise outcome.exception
         if isinstance(outcome, Waiting):
-            raise LabkitError(outcome.message())
+            raise UsageError(outcome.message())
         return outcome.frame if outcome.frame is not None else outcome.message()
 
     def copy(self, table: str, rows, columns: list[str] | None = None) -> int:
@@ -77,10 +102,12 @@ class Lab:
 
         COPY streams the rows in one command: far faster than INSERTs for generated data sets.
         """
-        target = f"{table} ({', '.join(columns)})" if columns else table
+        target = pgsql.SQL("copy {} {} from stdin").format(
+            pgsql.SQL(table),
+            pgsql.SQL("({})").format(pgsql.SQL(", ").join(map(pgsql.Identifier, columns))) if columns else pgsql.SQL(""))
         count = 0
         with self.connect(autocommit=False) as connection, connection.cursor() as cursor:
-            with cursor.copy(f"copy {target} from stdin") as copy:
+            with cursor.copy(target) as copy:
                 for row in rows:
                     copy.write_row(row)
                     count += 1
@@ -110,8 +137,6 @@ class Lab:
             columns = [column.name for column in cursor.description or []]
         if len(rows) != 1:
             raise UsageError(f"A check must return exactly one row; this one returned {len(rows)}.")
-        from .probes import plain_value
-
         figures = {column: plain_value(value) for column, value in zip(columns, rows[0])}
         run.note(**figures)
         return pd.DataFrame([{"run": run.name, **figures}])
@@ -121,23 +146,28 @@ class Lab:
         return self.sessions.get(name, **timeouts)
 
     def engine(self):
-        """A SQLAlchemy engine on the lab database (for pandas.read_sql and friends)."""
+        """A SQLAlchemy engine on the lab database, for ``pandas.read_sql`` (pandas reads SQL through SQLAlchemy).
+
+        >>> # frame = pandas.read_sql("select * from stock", lab.engine())
+        """
         import sqlalchemy
 
-        return sqlalchemy.create_engine("postgresql+psycopg://", connect_args={"conninfo": self.dsn})
+        return sqlalchemy.create_engine("postgresql+psycopg://", connect_args={"conninfo": self.conninfo},
+                                        poolclass=sqlalchemy.pool.NullPool)
 
     # -- settings
 
+    @_server_must_answer
     def settings(self, *names: str):
         """The settings that matter (or the ones named), with where each value comes from."""
         import pandas as pd
 
         wanted = list(names or SETTINGS_THAT_MATTER)
-        with psycopg.connect(self.server.dsn("postgres" if self.server.kind != "external" else None),
-                             autocommit=True) as connection:
+        with psycopg.connect(self.server.admin_conninfo(), autocommit=True) as connection:
             rows = connection.execute(query("settings"), {"names": wanted}).fetchall()
         return pd.DataFrame(rows, columns=["name", "setting", "unit", "source", "pending_restart", "context"])
 
+    @_server_must_answer
     def set(self, **settings):
         """Change server settings (ALTER SYSTEM, reload; restart when PostgreSQL requires it).
 
@@ -145,30 +175,29 @@ class Lab:
         """
         import pandas as pd
 
-        admin = self.server.dsn("postgres") if self.server.kind != "external" else self.server.dsn()
         before = self.settings(*settings).set_index("name")["setting"].to_dict()
         unknown = [name for name in settings if name not in before]
         if unknown:
             raise UsageError(f"Unknown setting(s): {', '.join(unknown)}. Check the name in pg_settings.")
         try:
-            with psycopg.connect(admin, autocommit=True) as connection:
+            with psycopg.connect(self.server.admin_conninfo(), autocommit=True) as connection:
+                loaded = connection.execute(query("conf_load_time")).fetchone()[0]
                 for name, value in settings.items():
                     connection.execute(pgsql.SQL("alter system set {} = {}").format(
                         pgsql.Identifier(name), pgsql.Literal(str(value))))
                 connection.execute("select pg_reload_conf()")
+                _wait_for_reload(connection, loaded)
         except psycopg.Error as error:
             raise LabkitError(f"Could not change the settings: {error.diag.message_primary or error}") from None
-        time.sleep(0.2)  # the reload is asynchronous
-        pending = self.settings(*settings)
-        restart = bool(pending["pending_restart"].any())
+        restart = bool(self.settings(*settings)["pending_restart"].any())
         restarted = False
-        if restart:
-            if self.server.kind == "external":
-                self.messages.append("These settings need a restart, which labkit does not do to a server it did not start.")
-            else:
-                self.sessions.close()
-                self.server.restart()
-                restarted = True
+        if restart and not self.server.can_restart:
+            self.messages.append(f"These settings need a restart, which labkit does not do to the {self.server.kind} "
+                                 "server.")
+        elif restart:
+            self.sessions.close()
+            self.server.restart()
+            restarted = True
         after = self.settings(*settings).set_index("name")["setting"].to_dict()
         return pd.DataFrame([{"name": n, "before": before.get(n), "after": after.get(n), "restarted": restarted}
                              for n in settings])
@@ -182,7 +211,7 @@ class Lab:
 
     def pgbench(self, script: str = "", *, name: str = "run", clients: int | None = None,
                 duration: float | None = None, transactions: int | None = None, jobs: int | None = None,
-                mode: str = "simple", options: str | list[str] = (), probes: list[Probe] | None = None,
+                mode: str | None = None, options: str | list[str] = (), probes: list[Probe] | None = None,
                 live: bool | None = None, work: str | None = None, perf: bool = False):
         """Run ``script`` with pgbench; returns the :class:`~labkit.records.Run` (also saved).
 
@@ -194,29 +223,52 @@ class Lab:
         ``extra.goodput`` (work per second, comparable to tps) and ``extra.useful`` (work per transaction).
         ``perf`` profiles the server's processes during the run (``extra.perf``; see :mod:`labkit.perf`).
         """
-        argv = list(options.split() if isinstance(options, str) else options)
-        argv += ["-c", str(clients or self.profile.clients), "-M", mode, "--name", name]
-        if jobs:
-            argv += ["-j", str(jobs)]
-        if transactions is not None:
-            argv += ["-t", str(transactions)]
-        else:
-            argv += ["-T", str(duration or self.profile.duration_s)]
-        spec = pgbench.parse_options(argv, script=script)
-        return self.run(spec, probes=probes, live=live, work=work, perf=perf)
+        if transactions is None and duration is None:
+            duration = self.profile.duration_s
+        spec = pgbench.parse_options(options, script=script, name=name, clients=clients or self.profile.clients,
+                                     duration_s=duration, transactions=transactions, jobs=jobs, mode=mode)
+        return self.run_spec(spec, probes=probes, live=live, work=work, perf=perf)
 
-    def run(self, spec: pgbench.Spec, *, probes: list[Probe] | None = None, live: bool | None = None,
-            work: str | None = None, perf: bool = False):
-        """Run a parsed :class:`~labkit.pgbench.Spec` (what ``%%pgbench`` does)."""
-        from .display import show_run
+    @_server_must_answer
+    def run_spec(self, spec: pgbench.Spec, *, probes: list[Probe] | None = None, live: bool | None = None,
+                 work: str | None = None, perf: bool = False, observer: runner.Observer | None = None):
+        """Run a checked :class:`~labkit.pgbench.Spec` (what ``%%pgbench`` does).
+
+        ``observer`` hears the progress instead of the live chart (e.g. :class:`labkit.live.Printer`).
+        """
+        from . import live as live_module
 
         probes = [WAIT_EVENTS] if probes is None else list(probes)
-        run = show_run(self, spec, probes, live=live, work=work, perf=perf)
+        view = None
+        if observer is None and (live if live is not None else live_module.in_notebook()):
+            view = live_module.LiveView(spec.name, spec.clients, live_module.probe_names(probes, work),
+                                        planned_s=spec.duration_s)
+        try:
+            run = runner.PgbenchRunner(self._target()).run(spec, probes=probes, observer=view or observer,
+                                                           work=work, perf=perf)
+        except KeyboardInterrupt:
+            if view is not None:
+                view.stopped("interrupted; pgbench was stopped and its backends terminated.")
+            raise
+        except LabkitError:
+            if view is not None:
+                view.stopped("pgbench stopped with an error (below).")
+            raise
+        if view is not None:
+            view.finished(run)
         self.last_run = run
         return run
 
+    def _target(self) -> runner.Target:
+        return runner.Target(
+            conninfo=self.conninfo, environment=self.server.libpq_environment(self.database),
+            pgbench=program("pgbench"), notebook=self.notebook, profile=self.profile.name,
+            server=self.server_info(), registry=self.server.pgbench_registry(),
+            postmaster_pid=self.server.postmaster_pid(),
+        )
+
     def sweep(self, scripts: dict[str, str], clients: list[int], *, duration: float | None = None,
-              mode: str = "simple", work: str | None = None, before=None, after=None,
+              mode: str | None = None, work: str | None = None, before=None, after=None,
               probes: list[Probe] | None = None):
         """Run every script at every number of clients; returns the runs (saved as ``sweep-<name>``).
 
@@ -240,33 +292,23 @@ class Lab:
                       + (f", goodput {run.extra['goodput']:>10,.0f}/s" if "goodput" in run.extra else ""), flush=True)
         return runs
 
+    @_server_must_answer
     def need_connections(self, clients: int) -> None:
         """Make sure ``clients`` more connections fit (raising max_connections, with a restart, if not).
 
         A restart drops every connection to the server, also other notebooks'; labkit says so.
         """
-        from .runs import free_connections
-
         spare = 20  # probes, the notebook's own sessions (T1, T2, ...), the observer
-        free = free_connections(self.dsn)
+        free = runner.free_connections(self.conninfo)
         if free >= clients + spare:
             return
         current = int(self.value("show max_connections"))
         wanted = current + clients + spare - free
-        if self.server.kind == "external":
+        if not self.server.can_restart:
             raise UsageError(f"{clients} clients need {clients + spare} free connections; the server has {free}. "
                              f"Raise max_connections to at least {wanted} on it (labkit does not change it).")
         self.set(max_connections=wanted)
         self.messages.append(f"Raised max_connections from {current} to {wanted} (the server restarted).")
-
-    def runner(self):
-        from .runs import Runner
-
-        registry = self.server.runs_dir if isinstance(self.server, EmbeddedServer) else None
-        server_pid = self.server.pid() if isinstance(self.server, EmbeddedServer) else None
-        return Runner(dsn=self.dsn, env=self.server.pgbench_env(), pgbench_bin=client_binary("pgbench"),
-                      registry=registry, notebook=self.notebook, profile=self.profile.name,
-                      server_info=self.server_info(), server_pid=server_pid)
 
     # -- records
 
@@ -300,15 +342,33 @@ class Lab:
         self.sessions.close()
 
     def __repr__(self) -> str:
-        return f"<Lab {self.notebook!r}: database {self.database} on the {self.server.kind} server, profile {self.profile.name}>"
+        return (f"<Lab {self.notebook!r}: database {self.database} on the {self.server.kind} server, "
+                f"profile {self.profile.name}>")
 
     def _repr_html_(self) -> str:
-        lines = "".join(f"<li>{message}</li>" for message in self.messages)
+        import html
+
+        lines = "".join(f"<li>{html.escape(message)}</li>" for message in self.messages)
         return (f"<b>Lab ready</b>: database <code>{self.database}</code> on the {self.server.kind} server "
                 f"(profile <code>{self.profile.name}</code>).<ul>{lines}</ul>")
 
 
+def _wait_for_reload(connection: psycopg.Connection, loaded_before, timeout_s: float = 5.0) -> None:
+    """Wait until this connection's backend has re-read the configuration (a reload is asynchronous)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if connection.execute(query("conf_load_time")).fetchone()[0] != loaded_before:
+            return
+        time.sleep(0.02)
+
+
 _LABS: dict[str, Lab] = {}
+_CURRENT: list[Lab] = []
+
+
+def current_lab() -> Lab | None:
+    """The lab this kernel started last (what ``%%sql`` and ``%%pgbench`` use)."""
+    return _CURRENT[-1] if _CURRENT else None
 
 
 def start(notebook: str | None = None, *, profile: str | None = None, fresh: bool = False,
@@ -320,6 +380,8 @@ def start(notebook: str | None = None, *, profile: str | None = None, fresh: boo
     profile: ci, laptop or article (default: LABKIT_PROFILE, else ci on Binder, else laptop).
     fresh: drop the notebook's database first (its tables are lost).
     """
+    from .limits import raise_file_limit
+
     chosen = Profile.named(profile) if profile else current()
     notebook = notebook or _notebook_name()
     server = server_for_backend()
@@ -327,55 +389,74 @@ def start(notebook: str | None = None, *, profile: str | None = None, fresh: boo
     if not profile and default_name()[1] == "Binder":
         messages.append("On Binder: the small 'ci' profile (about one CPU here). For another, set "
                         "os.environ['LABKIT_PROFILE'] or pass profile= to labkit.start().")
-    server.register_client()
-    atexit.register(server.unregister_client)
-    killed = server.reap_stale_runs()
+    raise_file_limit()
+    server.register_kernel()
+    atexit.register(server.unregister_kernel)
+    killed = server.reap_orphans()
     if killed:
         messages.append(f"Stopped {len(killed)} pgbench process(es) left by a kernel that died.")
     if server.start(chosen):
         messages.append(f"Started the {server.kind} PostgreSQL server.")
-    admin = server.dsn("postgres") if server.kind != "external" else server.dsn()
-    try:
-        connection = psycopg.connect(admin, autocommit=True, connect_timeout=5)
-    except psycopg.OperationalError as error:
-        where = "LABKIT_DSN" if server.kind == "external" else "the lab server"
-        raise LabkitError(f"Could not connect to {where}: {connection_problem(error)}") from None
-    with connection:
-        database = database_name(notebook)
-        if server.kind == "external":
-            messages += _external_report(connection, chosen)
-        if fresh:
-            connection.execute(f'drop database if exists "{database}" with (force)')
-        exists = connection.execute(query("database_exists"), {"name": database}).fetchone()[0]
-        if not exists:
-            try:
-                connection.execute(f'create database "{database}"')
-            except psycopg.Error as error:
-                raise LabkitError(f"Could not create the database {database}: {error.diag.message_primary}") from None
-            messages.append(f"Created the database {database}.")
-    if chosen.name != "ci":
-        from .profiles import advise, fitting, machine_size
-
-        cores, memory = machine_size()
-        if fitting(cores, memory) == "ci":
-            messages.append(f"{advise(cores, memory)} (now: {chosen.name})")
+    exists = _create_database(server, database_name(notebook), chosen, fresh, messages)
+    messages += _profile_advice(chosen)
     lab = Lab(server, notebook, chosen, messages=messages)
     if not exists:
         _create_extensions(lab, extensions)
     previous = _LABS.pop(notebook, None)
     if previous is not None:
         previous.close()
+        if previous in _CURRENT:
+            _CURRENT.remove(previous)
     _LABS[notebook] = lab
+    _CURRENT.append(lab)
     atexit.register(lab.close)
-    _register_magics(lab)
+    if "IPython" in sys.modules:  # in a kernel: %%sql and %%pgbench, registered once
+        from .magics import register_once
+
+        register_once()
     return lab
+
+
+def _create_database(server: Server, database: str, profile: Profile, fresh: bool, messages: list[str]) -> bool:
+    """Create the notebook's database unless it exists (dropping it first when ``fresh``); True if it existed."""
+    try:
+        connection = psycopg.connect(server.admin_conninfo(), autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as error:
+        where = "LABKIT_DSN" if server.kind == "external" else f"the {server.kind} lab server"
+        raise ServerGone(f"Could not connect to {where}: {connection_problem(error)}") from None
+    with connection:
+        if server.kind == "external":
+            messages += _external_report(connection, profile)
+        if fresh:
+            connection.execute(pgsql.SQL("drop database if exists {} with (force)").format(pgsql.Identifier(database)))
+        exists = connection.execute(query("database_exists"), {"name": database}).fetchone()[0]
+        if not exists:
+            try:
+                connection.execute(pgsql.SQL("create database {}").format(pgsql.Identifier(database)))
+            except psycopg.Error as error:
+                raise LabkitError(f"Could not create the database {database}: {error.diag.message_primary}") from None
+            messages.append(f"Created the database {database}.")
+    return exists
+
+
+def _profile_advice(profile: Profile) -> list[str]:
+    """What to say at start when the profile asks more than this machine gives."""
+    from .limits import problems
+    from .profiles import advise, fitting, machine_size
+
+    advice = []
+    if profile.name != "ci":
+        cores, memory = machine_size()
+        if fitting(cores, memory) == "ci":
+            advice.append(f"{advise(cores, memory)} (now: {profile.name})")
+    return advice + problems(profile)
 
 
 def _create_extensions(lab: Lab, names) -> None:
     with lab.connect() as connection:
         for name in names:
             try:
-                connection.execute(f"create extension if not exists {name}")
+                connection.execute(pgsql.SQL("create extension if not exists {}").format(pgsql.Identifier(name)))
             except psycopg.Error as error:
                 lab.messages.append(f"Extension {name} is not available: {error.diag.message_primary}")
 
@@ -383,8 +464,7 @@ def _create_extensions(lab: Lab, names) -> None:
 def _external_report(connection, profile: Profile) -> list[str]:
     """Which lab settings an external server lacks (labkit changes nothing there)."""
     wanted = lab_settings(profile)
-    rows = connection.execute("select name, setting, unit from pg_settings where name = any(%s)",
-                              (list(wanted),)).fetchall()
+    rows = connection.execute(query("settings_of"), {"names": list(wanted)}).fetchall()
     have = {name: (setting, unit) for name, setting, unit in rows}
     differing = []
     for name, value in wanted.items():
@@ -397,6 +477,11 @@ def _external_report(connection, profile: Profile) -> list[str]:
 
 
 def _same_setting(setting: str, unit: str | None, wanted: str) -> bool:
+    """Whether a pg_settings value (in its unit) equals a wanted value written with a unit.
+
+    >>> _same_setting("16384", "8kB", "128MB"), _same_setting("2000", "ms", "2s"), _same_setting("on", None, "off")
+    (True, True, False)
+    """
     if setting == wanted:
         return True
     units = {"8kB": 8192, "kB": 1024, "MB": 2**20, "GB": 2**30, "ms": 1, "s": 1000, "min": 60000}
@@ -404,16 +489,3 @@ def _same_setting(setting: str, unit: str | None, wanted: str) -> bool:
     if match and unit in units and setting.isdigit():
         return int(setting) * units[unit] == int(match.group(1)) * units.get(match.group(2) or unit, 1)
     return False
-
-
-def _register_magics(lab: Lab) -> None:
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return
-    shell = get_ipython()
-    if shell is None:
-        return
-    from .magics import register
-
-    register(shell, lab)

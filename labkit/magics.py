@@ -1,4 +1,4 @@
-"""``%%sql`` and ``%%pgbench``: thin shells over :class:`labkit.lab.Lab`.
+"""``%%sql`` and ``%%pgbench``: thin shells over the notebook's current :class:`labkit.lab.Lab`.
 
     %%sql --session T2
     update tbl set cnt = cnt - 1 where id = 1;   -- blocks while T1 holds the row
@@ -6,15 +6,17 @@
     %%pgbench -c {clients} -T 10 --name plain
     update tbl set cnt = cnt - 1 where id = 1;
 
-Students get one short line for a mistake (an IPython UsageError), never a traceback.
-Database errors are printed as the server wrote them: they are often the lesson.
+Registered once per kernel (``%load_ext labkit``, or the first ``labkit.start()``); each cell
+uses the lab that ``labkit.start()`` returned last. A labkit error becomes one short line (an
+IPython UsageError), never a traceback; a database error is printed as the server wrote it,
+because it is often the lesson.
 """
 
 from __future__ import annotations
 
-import shlex
 import sys
 
+from IPython import get_ipython
 from IPython.core.error import UsageError as IPythonUsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
@@ -27,6 +29,8 @@ from .sessions import Failed, Result, Waiting, duration_s
 
 # With --lock-timeout up to this long, the cell waits for the timeout instead of returning early.
 MAX_CELL_WAIT_S = 30
+# Options of %%pgbench that are labkit's, not pgbench's.
+_LABKIT_OPTIONS = ("--probes", "--work")
 
 
 def _print_outcome(outcome, *, label: bool) -> None:
@@ -42,12 +46,41 @@ def _print_outcome(outcome, *, label: bool) -> None:
             print(prefix + outcome.message() + (f" ({outcome.elapsed_s:.1f} s)" if outcome.elapsed_s >= 1 else ""))
 
 
+def _for_student(error: LabkitError) -> IPythonUsageError:
+    """A labkit error as one short block without a traceback (the detail, e.g. a log's tail, below it)."""
+    return IPythonUsageError(str(error))
+
+
+def _current_lab():
+    from .lab import current_lab
+
+    lab = current_lab()
+    if lab is None:
+        raise IPythonUsageError("No lab yet in this notebook: run `lab = labkit.start()` first.")
+    return lab
+
+
+def split_labkit_options(argv: list[str]) -> tuple[list[str], dict[str, list[str]], bool]:
+    """Take labkit's own options out of a %%pgbench line: (pgbench's words, {option: values}, --no-waits).
+
+    >>> split_labkit_options(["-c", "4", "--probes", "a,b", "--work=done", "--no-waits"])
+    (['-c', '4'], {'--probes': ['a,b'], '--work': ['done']}, True)
+    """
+    kept, found, no_waits = [], {name: [] for name in _LABKIT_OPTIONS}, False
+    words = iter(argv)
+    for word in words:
+        option, _, inline = word.partition("=")
+        if word == "--no-waits":
+            no_waits = True
+        elif option in _LABKIT_OPTIONS:
+            found[option].append(inline if inline else next(words, ""))
+        else:
+            kept.append(word)
+    return kept, {name: values for name, values in found.items() if values}, no_waits
+
+
 @magics_class
 class LabMagics(Magics):
-    def __init__(self, shell, lab):
-        super().__init__(shell)
-        self.lab = lab
-
     @magic_arguments()
     @argument("--session", "-s", default="main", help="the named session (own connection and transaction)")
     @argument("--out", "-o", default=None, help="store the result table in this variable")
@@ -57,10 +90,11 @@ class LabMagics(Magics):
     def sql(self, line, cell):
         """Run the cell's SQL in the lab database (in a named session with --session)."""
         args = parse_argstring(self.sql, line)
+        lab = _current_lab()
         timeouts = {k: v for k, v in (("lock_timeout", args.lock_timeout),
                                       ("statement_timeout", args.statement_timeout)) if v}
         try:
-            session = self.lab.session(args.session, **timeouts)
+            session = lab.session(args.session, **timeouts)
             # A short lock timeout given in the cell is the lesson: wait for it rather than return early.
             limit = duration_s(args.lock_timeout) if args.lock_timeout else None
             if limit is not None and 0 < limit <= MAX_CELL_WAIT_S:
@@ -68,10 +102,10 @@ class LabMagics(Magics):
             else:
                 outcome = session.run(cell)
         except LabkitError as error:
-            raise IPythonUsageError(error.short) from None
+            raise _for_student(error) from None
         named = args.session != "main"
         _print_outcome(outcome, label=named)
-        for other in self.lab.sessions.finished_elsewhere(args.session):
+        for other in lab.sessions.finished_elsewhere(args.session):
             print(f"Meanwhile {other.session}'s waiting statement finished:")
             _print_outcome(other, label=True)
             if isinstance(other, Result) and other.frame is not None:
@@ -89,34 +123,16 @@ class LabMagics(Magics):
         --work VAR: VAR holds SQL returning the work done so far (one number); the run then
         records goodput beside tps and the live chart draws it.
         """
-        argv = shlex.split(line)
-        probes: list[Probe] = [WAIT_EVENTS]
-        work = None
-        kept = []
-        index = 0
-        while index < len(argv):
-            token = argv[index]
-            option = token.split("=", 1)[0]
-            if token == "--no-waits":
-                probes = [p for p in probes if p is not WAIT_EVENTS]
-            elif option in ("--probes", "--work"):
-                if "=" in token:
-                    value = token.split("=", 1)[1]
-                else:
-                    index += 1
-                    value = argv[index] if index < len(argv) else ""
-                if option == "--probes":
-                    probes += [self._probe(name) for name in value.split(",") if name]
-                else:
-                    work = self._work(value)
-            else:
-                kept.append(token)
-            index += 1
+        lab = _current_lab()
         try:
-            spec = pgbench.parse_options(kept, script=cell)
-            return self.lab.run(spec, probes=probes, work=work)
+            words, chosen, no_waits = split_labkit_options(pgbench.split_options(line))
+            probes = [] if no_waits else [WAIT_EVENTS]
+            probes += [self._probe(name) for value in chosen.get("--probes", []) for name in value.split(",") if name]
+            work = self._work(chosen["--work"][-1]) if "--work" in chosen else None
+            spec = pgbench.parse_options(words, script=cell)
+            return lab.run_spec(spec, probes=probes, work=work)
         except LabkitError as error:
-            raise IPythonUsageError(str(error)) from None
+            raise _for_student(error) from None
 
     def _work(self, name: str) -> str:
         value = self.shell.user_ns.get(name)
@@ -128,17 +144,21 @@ class LabMagics(Magics):
     def _probe(self, name: str) -> Probe:
         value = self.shell.user_ns.get(name)
         if not isinstance(value, Probe):
-            raise IPythonUsageError(f"--probes {name}: define it first, e.g. {name} = labkit.probe('{name}', 'select ...')")
+            raise IPythonUsageError(f"--probes {name}: define it first, e.g. "
+                                    f"{name} = labkit.probe('{name}', 'select ...')")
         return value
 
 
-def register(shell, lab) -> None:
-    """Make %%sql and %%pgbench talk to ``lab`` (the latest labkit.start() wins)."""
-    shell.register_magics(LabMagics(shell, lab))
+def register_once(shell=None) -> None:
+    """Register %%sql and %%pgbench in this kernel unless they are already there."""
+    shell = shell or get_ipython()
+    if shell is None:
+        return
+    if any(isinstance(instance, LabMagics) for instance in shell.magics_manager.registry.values()):
+        return
+    shell.register_magics(LabMagics)
 
 
 def load_ipython_extension(shell) -> None:
-    """``%load_ext labkit``: start the lab and register the magics."""
-    from .lab import start
-
-    register(shell, start())
+    """``%load_ext labkit``: the magics (``lab = labkit.start()`` then gives them a lab)."""
+    register_once(shell)

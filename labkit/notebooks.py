@@ -22,6 +22,18 @@ class NotebookResult:
         return f"{self.path.name}: {state} in {self.seconds:.0f} s" + (f" -> {self.output}" if self.output else "")
 
 
+def kernel_transport(folder: Path) -> dict:
+    """How the headless kernel talks to its client.
+
+    POSIX: unix sockets in a private folder, so no TCP port at all, not even on loopback.
+    Windows: ZeroMQ has no ipc transport there; the kernel listens on 127.0.0.1 and every
+    message is signed with the kernel's key (Jupyter's default).
+    """
+    if os.name == "nt":
+        return {"KernelManager": {"transport": "tcp", "ip": "127.0.0.1"}}
+    return {"KernelManager": {"transport": "ipc", "ip": str(folder / "kernel")}}
+
+
 def execute(path: Path, *, profile: str | None = None, output_dir: Path = Path("executed"), html: bool = True,
             timeout: int = 1800) -> NotebookResult:
     """Run every cell of ``path`` in a fresh kernel; save the executed copy in ``output_dir``."""
@@ -40,10 +52,9 @@ def execute(path: Path, *, profile: str | None = None, output_dir: Path = Path("
     notebook = nbformat.read(path, as_version=4)
     started = time.monotonic()
     error = None
-    # The kernel talks over unix sockets in a private folder: no TCP port, even on loopback.
     with tempfile.TemporaryDirectory(prefix="labkit-kernel-") as sockets:
-        ipc = Config({"KernelManager": {"transport": "ipc", "ip": str(Path(sockets) / "kernel")}})
-        client = NotebookClient(notebook, timeout=timeout, kernel_name="python3", config=ipc,
+        client = NotebookClient(notebook, timeout=timeout, kernel_name="python3",
+                                config=Config(kernel_transport(Path(sockets))),
                                 resources={"metadata": {"path": str(path.parent)}})
         try:
             client.execute()
@@ -59,7 +70,7 @@ def execute(path: Path, *, profile: str | None = None, output_dir: Path = Path("
         body, _ = HTMLExporter().from_notebook_node(notebook)
         body = embed_plotly(body)
         target = target.with_suffix(".html")
-        target.write_text(body)
+        target.write_text(body, encoding="utf-8")
     return NotebookResult(path, target, time.monotonic() - started, error)
 
 

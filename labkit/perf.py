@@ -12,6 +12,9 @@ from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
 
+import psutil
+
+from . import style
 from .errors import UsageError
 
 
@@ -41,10 +44,10 @@ def availability() -> Availability:
 
 
 def _try_record(binary: str, *options: str) -> subprocess.CompletedProcess:
-    """``perf record -e cpu-clock [options] -- true`` into a throw-away file: does this perf work here?"""
+    """Whether this perf works here: ``perf record -e cpu-clock [options] -- true`` into a throw-away file."""
     with tempfile.TemporaryDirectory() as folder:
         return subprocess.run([binary, "record", "-q", "-e", "cpu-clock", *options, "-o", f"{folder}/probe.data",
-                               "--", "true"], capture_output=True, text=True, timeout=20)
+                               "--", "true"], capture_output=True, text=True, encoding="utf-8", errors="replace", timeout=20)
 
 
 # ----------------------------------------------------------------------------- recording
@@ -74,7 +77,7 @@ class Recording:
     """``perf record -e cpu-clock`` attached to one process tree (the server) while a run goes on.
 
     perf follows the processes the server forks after it attached, so the backends of the
-    run are recorded. ``stop()`` ends it and returns a :class:`Profile` (or None when perf could
+    run are recorded. ``stop()`` ends it and returns a :class:`CpuProfile` (or None when perf could
     not record: the reason is in ``message``).
     """
 
@@ -87,18 +90,22 @@ class Recording:
         self.output = self.folder / "perf.data"
         self.process: subprocess.Popen | None = None
         self.message = ""
+        try:
+            self.server_program = psutil.Process(pid).exe()
+        except psutil.Error:
+            self.server_program = ""
 
     def argv(self) -> list[str]:
         graph = ["--call-graph", "dwarf,8192"] if self.call_graph else []
         return [shutil.which("perf") or "perf", "record", "-q", "-e", "cpu-clock", "-F", str(self.frequency),
                 *graph, "-p", str(self.pid), "-o", str(self.output)]
 
-    def start(self) -> "Recording":
+    def start(self) -> Recording:
         self.process = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.PIPE, start_new_session=True)
         return self
 
-    def stop(self) -> "Profile | None":
+    def stop(self) -> CpuProfile | None:
         try:
             if self.process is None:
                 return None
@@ -116,23 +123,26 @@ class Recording:
         finally:
             self.process = None
 
-    def report(self) -> "Profile":
+    def report(self) -> CpuProfile:
         perf = shutil.which("perf") or "perf"
         base = [perf, "report", "-i", str(self.output), "--stdio", "--sort", "dso,symbol", "-g", "none",
                 "--percent-limit", "0.3"]
         text = subprocess.run(base + (["--children"] if self.call_graph else ["--no-children"]),
-                              capture_output=True, text=True, timeout=300).stdout
+                              capture_output=True, text=True, encoding="utf-8", errors="replace", timeout=300).stdout
         symbols = parse_report(text)
         folded = {}
         if self.call_graph:
             script = subprocess.run([perf, "script", "-i", str(self.output), "-F", "comm,ip,sym"],
-                                    capture_output=True, text=True, timeout=300).stdout
+                                    capture_output=True, text=True, encoding="utf-8", errors="replace", timeout=300).stdout
             folded = fold_script(script, limit=500)
         samples = _sample_count(text)
         symbols.sort(key=lambda row: (-row["self"], -(row["children"] or 0)))
-        return Profile(symbols=symbols[: self.top], folded=folded, samples=samples,
-                       call_graph="dwarf" if self.call_graph else "none",
-                       note=CALL_GRAPH_NOTE if self.call_graph else SELF_ONLY_NOTE)
+        note = CALL_GRAPH_NOTE if self.call_graph else SELF_ONLY_NOTE
+        if any(character.isspace() for character in self.server_program):
+            note += (f" The server runs from {self.server_program}, a path with a space, which perf cannot read: "
+                     "its functions show as bare addresses. Install the labs in a folder without spaces to see names.")
+        return CpuProfile(symbols=symbols[: self.top], folded=folded, samples=samples,
+                          call_graph="dwarf" if self.call_graph else "none", note=note)
 
     def cleanup(self) -> None:
         """Stop perf if it still runs (an error before the run ended) and delete its data."""
@@ -143,7 +153,7 @@ class Recording:
 
 
 @dataclass
-class Profile:
+class CpuProfile:
     """Where the recorded processes spent their CPU time."""
 
     symbols: list[dict]  # symbol, dso, self (%), children (% or None); most self time first
@@ -236,6 +246,16 @@ def fold_script(text: str, *, limit: int | None = None) -> dict[str, int]:
     return dict(ordered[:limit] if limit else ordered)
 
 
+def figures(recording: Recording | None, reason: str | None) -> dict:
+    """What a run keeps in ``extra.perf``: the profile, or in one line why there is none."""
+    if recording is None:
+        return {"available": False, "message": reason or "perf was not started"}
+    profile = recording.stop()
+    if profile is None:
+        return {"available": False, "message": recording.message}
+    return {"available": True, **profile.to_dict()}
+
+
 # ----------------------------------------------------------------------------- what students look at
 
 
@@ -269,6 +289,7 @@ def share(run, symbol: str) -> float | None:
     return next((row["self"] for row in figures["symbols"] if row["symbol"] == symbol), 0.0)
 
 
+@style.styled
 def icicle(run, *, depth: int = 14, title: str | None = None):
     """An icicle (a flame graph drawn top-down) of a profiled run's call chains; self time as bars without them."""
     import plotly.graph_objects as go

@@ -2,7 +2,8 @@
 
 Everything here is pure (no process, no connection), so it is tested against real
 recorded output of pgbench 15 and 18 and the older formats quoted in the articles.
-The process itself is run by :mod:`labkit.runs`.
+The process itself is run by :mod:`labkit.runner`; its outputs become a record in
+:mod:`labkit.outcome`.
 
     >>> spec = parse_options("-c 8 -T 5 -M prepared --name demo".split(), script="select 1;")
     >>> spec.clients, spec.duration_s, spec.mode, spec.name
@@ -52,18 +53,19 @@ class Spec:
     random_seed: str | None = None
     sampling_rate: float | None = None
     flags: tuple[str, ...] = ()  # flags passed through as they are (-C, --failures-detailed, ...)
-    fine: bool = True  # write pgbench's transaction log, for 100 ms bins and percentiles
+    transaction_log: bool = True  # pgbench's -l log: 100 ms bins and latency percentiles come from it
 
     @property
     def threads(self) -> int:
-        """pgbench's -j: one thread per client up to the machine's cores."""
+        """Pgbench's -j: one thread per client up to the machine's cores."""
         import os
 
         if self.jobs:
             return self.jobs
         return max(1, min(self.clients, os.cpu_count() or 1))
 
-    def check(self, *, max_clients: int | None = None) -> "Spec":
+    def validated(self) -> Spec:
+        """This spec, if pgbench would accept it; else a :class:`UsageError` saying what to change."""
         if self.clients < 1:
             raise UsageError("-c must be at least 1.")
         if self.jobs is not None and (self.jobs < 1 or self.jobs > self.clients):
@@ -72,16 +74,28 @@ class Spec:
             raise UsageError("Give either -T (seconds) or -t (transactions per client), not both.")
         if self.duration_s is not None and self.duration_s <= 0:
             raise UsageError("-T must be a positive number of seconds.")
+        if self.transactions is not None and self.transactions < 1:
+            raise UsageError("-t must be at least 1.")
         if self.mode not in ("simple", "extended", "prepared"):
             raise UsageError(f"-M must be simple, extended or prepared, not {self.mode!r}.")
         if not self.scripts or not any(s.text.strip() for s in self.scripts):
             raise UsageError("The pgbench script is empty: write SQL in the cell body or pass -f FILE.")
-        if max_clients is not None and self.clients > max_clients:
-            raise UsageError(
-                f"{self.clients} clients need {self.clients} connections but only {max_clients} are free "
-                f"on this server: lower -c, or raise the limit with lab.set(max_connections=...)."
-            )
         return self
+
+
+def check_capacity(spec: Spec, free_connections: int) -> None:
+    """Refuse a run whose clients would not all get a connection (pgbench would abort them one by one).
+
+    >>> check_capacity(Spec((Script("a", "select 1"),), clients=50), 40)
+    Traceback (most recent call last):
+    ...
+    labkit.errors.UsageError: 50 clients need 50 connections but only 40 are free on this server: lower -c, or raise the limit with lab.need_connections(50).
+    """
+    if spec.clients > free_connections:
+        raise UsageError(
+            f"{spec.clients} clients need {spec.clients} connections but only {free_connections} are free "
+            f"on this server: lower -c, or raise the limit with lab.need_connections({spec.clients})."
+        )
 
 
 # option -> (key, kind); kind: "int", "float", "str", "flag", "script", "define"
@@ -99,7 +113,7 @@ _OPTIONS: dict[str, tuple[str, str]] = {
     "--sampling-rate": ("sampling_rate", "float"),
     "-f": ("scripts", "script"), "--file": ("scripts", "script"),
     "--name": ("name", "str"),
-    "--no-log": ("fine", "off"),
+    "--no-log": ("transaction_log", "off"),
     "-C": ("flags", "flag"), "--connect": ("flags", "flag"),
     "--failures-detailed": ("flags", "flag"),
     "--verbose-errors": ("flags", "flag"),
@@ -126,14 +140,35 @@ _MANAGED = {
 }
 
 
-def parse_options(argv: list[str] | str, *, script: str | None = None, name: str = "run") -> Spec:
-    """Parse pgbench-style options (plus ``--name`` and ``--no-log``) into a :class:`Spec`.
+def split_options(line: str) -> list[str]:
+    r"""Split a cell's option line into words as a shell would, but keep backslashes (Windows paths).
 
-    ``script`` is the cell body, used when no ``-f`` is given.
+    >>> split_options(r'-c 8 -f C:\labs\my.sql@2 -f "/home/a b/x.sql" --name=try')
+    ['-c', '8', '-f', 'C:\\labs\\my.sql@2', '-f', '/home/a b/x.sql', '--name=try']
+    """
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=False)
+    lexer.whitespace_split = True
+    lexer.escape = ""  # a backslash is part of a path, not an escape
+    try:
+        return list(lexer)
+    except ValueError as error:
+        raise UsageError(f"Could not read the options ({error}): check the quotes.") from None
+
+
+def parse_options(argv: list[str] | str = (), *, script: str | None = None, name: str = "run",
+                  **chosen) -> Spec:
+    """Parse pgbench-style options (plus ``--name`` and ``--no-log``) into a checked :class:`Spec`.
+
+    ``script`` is the cell body, used when no ``-f`` is given. ``chosen`` fields of :class:`Spec`
+    (``clients=8, duration_s=5`` ...; None means not chosen) win over the options: this is how
+    :meth:`labkit.lab.Lab.pgbench` passes its keyword arguments, parsed and checked once with the rest.
     Unknown options raise :class:`UsageError` with a one-line hint.
+
+    >>> parse_options("-T 5 -c 2", script="select 1", clients=4, transactions=None).clients
+    4
     """
     if isinstance(argv, str):
-        argv = shlex.split(argv)
+        argv = split_options(argv)
     values: dict = {"name": name}
     scripts: list[Script] = []
     defines: list[tuple[str, str]] = []
@@ -178,10 +213,16 @@ def parse_options(argv: list[str] | str, *, script: str | None = None, name: str
             values[key] = _convert(option, inline, kind)
     if not scripts:
         scripts = [Script(f"{values['name']}.sql", script or "")]
+    chosen = {key: value for key, value in chosen.items() if value is not None}
+    if "transactions" in chosen:
+        values.pop("duration_s", None)
+    elif "duration_s" in chosen:
+        values.pop("transactions", None)
+    values.update(chosen)
     if values.get("duration_s") is None and values.get("transactions") is None:
         values["duration_s"] = 10
     spec = Spec(scripts=tuple(scripts), defines=tuple(defines), flags=tuple(flags), **values)
-    return spec.check()
+    return spec.validated()
 
 
 def _convert(option: str, value: str, kind: str):
@@ -204,12 +245,14 @@ def _script_from_file(argument: str) -> Script:
     file = Path(path).expanduser()
     if not file.exists():
         raise UsageError(f"Script file {path} does not exist (paths are relative to the notebook's folder).")
-    return Script(file.name, file.read_text(), weight)
+    return Script(file.name, file.read_text(encoding="utf-8"), weight)
 
 
-def build_argv(spec: Spec, script_paths: list[Path], *, log_prefix: Path | None = None,
-               database: str | None = None) -> list[str]:
+def build_argv(spec: Spec, script_paths: list[Path], *, log_prefix: Path | None = None) -> list[str]:
     """The pgbench command line (without the program name) for ``spec``.
+
+    It names no server and no database: pgbench reads them from libpq's environment
+    variables (PGHOST, PGDATABASE, ...), so no password is ever in a command line.
 
     >>> build_argv(Spec((Script("a.sql", "select 1;"),), clients=4, duration_s=5, jobs=2),
     ...            [Path("a.sql")])
@@ -231,14 +274,12 @@ def build_argv(spec: Spec, script_paths: list[Path], *, log_prefix: Path | None 
     for name, value in spec.defines:
         argv += ["-D", f"{name}={value}"]
     argv += list(spec.flags)
-    if log_prefix is not None and spec.fine:
+    if log_prefix is not None and spec.transaction_log:
         argv += ["-l", "--log-prefix", str(log_prefix)]
         if spec.sampling_rate is not None:
             argv += ["--sampling-rate", _number(spec.sampling_rate)]
     for script, path in zip(spec.scripts, script_paths):
         argv += ["-f", f"{path}@{script.weight}"]
-    if database:
-        argv.append(database)
     return argv
 
 
@@ -501,7 +542,7 @@ LOG_COLUMNS = ["client", "number", "latency_us", "script", "epoch", "micro", "la
 
 
 def log_frame(source):
-    """pgbench's ``-l`` log (a path, a file object or text) as a DataFrame.
+    """Pgbench's ``-l`` log (a path, a file object or text) as a DataFrame.
 
     Columns: ``end_s`` (Unix time the transaction ended), ``latency_ms`` (NaN when it
     failed or was skipped), ``status`` (ok, failed, skipped), ``script``, ``retries``.
@@ -660,5 +701,6 @@ def find_stalls(points: list[tuple[float, float]], *, fraction: float = 0.1, wid
 
 __all__ = [
     "Bin", "Problems", "Progress", "Script", "Spec", "Stall", "StatementLatency", "Summary",
-    "bin_log", "log_frame", "log_start", "build_argv", "find_stalls", "latency_figures", "parse_errors", "parse_options", "parse_progress", "parse_summary", "percentile",
+    "bin_log", "build_argv", "check_capacity", "find_stalls", "latency_figures", "log_frame", "log_start",
+    "parse_errors", "parse_options", "parse_progress", "parse_summary", "percentile", "split_options",
 ]

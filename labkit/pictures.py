@@ -38,7 +38,7 @@ def render(figure, path: Path, *, width: int = 1200, height: int | None = None) 
         command = [browser(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                    f"--window-size={width},{height}", "--virtual-time-budget=5000",
                    f"--screenshot={path.resolve()}", page.as_uri()]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        result = subprocess.run(command, capture_output=True, text=True, encoding="utf-8", errors="replace", timeout=120)
     if result.returncode != 0 or not path.exists():
         raise UsageError(f"Chromium could not render {path.name}: {(result.stderr or '').strip()[:200]}")
     return path
@@ -59,7 +59,7 @@ def _sweep(notebook: str, profile: str, prefix: str = "sweep-", method: str = ""
 
 def _gin(profile):
     runs = _newest("01-gin-pending-list", profile, ["pending-64kB"])
-    return runs and charts.timeline(runs[0], title="Lab 01: a 64kB GIN pending list, 16 clients (red: stalls)")
+    return runs and charts.timeline(runs[0], title="Lab 01: a 64kB GIN pending list, 16 clients")
 
 
 def _flash(profile):
@@ -105,7 +105,7 @@ def write_all(output: Path, *, profile: str = "laptop") -> list[str]:
     for notebook, make in KEY_CHARTS.items():
         figure = make(profile)
         if not figure:
-            lines.append(f"{notebook}: no {profile} records: run python -m labkit run notebooks/{notebook}.ipynb "
+            lines.append(f"{notebook}: no {profile} records: run python -m labkit execute notebooks/{notebook}.ipynb "
                          f"--profile {profile}")
             continue
         path = render(figure, output / f"{notebook}.png")

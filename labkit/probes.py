@@ -41,8 +41,8 @@ WORK = "work"
 class Sampler:
     """Samples probes in a thread until stopped; errors disable a probe and are reported."""
 
-    def __init__(self, dsn: str, probes: list[Probe]):
-        self.dsn = dsn
+    def __init__(self, conninfo: str, probes: list[Probe]):
+        self.conninfo = conninfo
         self.probes = list(probes)
         self.samples: dict[str, list[dict]] = {p.name: [] for p in self.probes}
         self.errors: dict[str, str] = {}
@@ -53,7 +53,7 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self._t0 = 0.0
 
-    def start(self, t0: float) -> "Sampler":
+    def start(self, t0: float) -> Sampler:
         if not self.probes:
             return self
         self._t0 = t0
@@ -63,7 +63,7 @@ class Sampler:
 
     def _loop(self) -> None:
         try:
-            connection = psycopg.connect(self.dsn, autocommit=True, application_name="labkit-probe")
+            connection = psycopg.connect(self.conninfo, autocommit=True, application_name="labkit-probe")
         except psycopg.Error as error:
             self.errors["connection"] = str(error).strip()
             return

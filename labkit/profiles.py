@@ -27,9 +27,10 @@ class Profile:
     clients: int
     duration_s: int
     shared_buffers: str
+    largest_clients: int  # the most clients any lab runs under this profile
 
     @classmethod
-    def named(cls, name: str) -> "Profile":
+    def named(cls, name: str) -> Profile:
         try:
             return _PROFILES[name]
         except KeyError:
@@ -55,6 +56,7 @@ _PROFILES = {
         clients=8,
         duration_s=4,
         shared_buffers="128MB",
+        largest_clients=256,
     ),
     "laptop": Profile(
         "laptop",
@@ -63,6 +65,7 @@ _PROFILES = {
         clients=16,
         duration_s=15,
         shared_buffers="256MB",
+        largest_clients=512,
     ),
     "article": Profile(
         "article",
@@ -71,6 +74,7 @@ _PROFILES = {
         clients=64,
         duration_s=60,
         shared_buffers="1GB",
+        largest_clients=1920,
     ),
 }
 
@@ -129,7 +133,7 @@ def machine_size() -> tuple[float, int]:
 def _read_first(paths: list[str]) -> str | None:
     for path in paths:
         try:
-            with open(path) as handle:
+            with open(path, encoding="utf-8") as handle:
                 return handle.read().strip()
         except OSError:
             continue

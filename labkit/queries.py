@@ -9,4 +9,4 @@ from importlib.resources import files
 @cache
 def query(name: str) -> str:
     """The text of ``labkit/sql/<name>.sql``."""
-    return files("labkit").joinpath("sql", f"{name}.sql").read_text()
+    return files("labkit").joinpath("sql", f"{name}.sql").read_text(encoding="utf-8")

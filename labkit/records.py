@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, field, fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from . import config
+from .config import ENCODING
 from .errors import UsageError
 
 FORMAT = 1
@@ -120,7 +121,7 @@ class Run:
         """Seconds of the run spent in stalls (per-second TPS below 10% of the run's median)."""
         return round(sum(s["end"] - s["start"] for s in self.stalls), 1)
 
-    def note(self, **figures) -> "Run":
+    def note(self, **figures) -> Run:
         """Add figures to ``extra`` and save the record again, e.g. ``run.note(stock_after=0)``."""
         self.extra.update(figures)
         if self.path:
@@ -135,7 +136,7 @@ class Run:
         return data
 
     @classmethod
-    def from_dict(cls, data: dict) -> "Run":
+    def from_dict(cls, data: dict) -> Run:
         known = {f.name for f in fields(cls)}
         return cls(**{key: value for key, value in data.items() if key in known})
 
@@ -144,16 +145,16 @@ class Run:
         config.private_dir(directory, 0o755)
         stamp = self.started_at.replace(":", "").replace("-", "")[:15]
         path = directory / f"{slug(self.notebook)}--{slug(self.name)}--{stamp}.json"
-        path.write_text(json.dumps(self.to_dict(), indent=1, default=str))
+        path.write_text(json.dumps(self.to_dict(), indent=1, default=str, ensure_ascii=False), encoding=ENCODING)
         path.chmod(0o644)
         self.path = str(path)
         return path
 
     @classmethod
-    def load(cls, path: Path | str) -> "Run":
+    def load(cls, path: Path | str) -> Run:
         path = Path(path)
         try:
-            run = cls.from_dict(json.loads(path.read_text()))
+            run = cls.from_dict(json.loads(path.read_text(encoding=ENCODING)))
         except (OSError, ValueError, TypeError, AttributeError) as error:
             raise UsageError(f"{path} is not a readable run record: {error}") from None
         run.path = str(path)
@@ -174,7 +175,7 @@ def slug(text: str) -> str:
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def list_runs(directory: Path | None = None, *, notebook: str | None = None, name: str | None = None) -> list[Run]:

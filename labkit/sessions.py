@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import psycopg
 
 from .errors import UsageError
+from .queries import query
 
 DEFAULT_LOCK_TIMEOUT = "5min"
 DEFAULT_STATEMENT_TIMEOUT = "10min"
@@ -51,9 +52,10 @@ class Failed:
     """A statement the server refused; the error is often the lesson, so it passes unchanged."""
 
     session: str
-    error: str
+    error: str  # as the server wrote it: ERROR, DETAIL, HINT lines
     sqlstate: str | None
     sql: str = ""
+    exception: psycopg.Error | None = None  # what psycopg raised, for callers that re-raise it
 
     def message(self) -> str:
         return f"{self.session}: {self.error}"
@@ -107,11 +109,11 @@ def short_error(error: psycopg.Error) -> str:
 class Session:
     """One named connection that runs statements in its own thread."""
 
-    def __init__(self, name: str, dsn: str, *, registry: "Sessions",
+    def __init__(self, name: str, conninfo: str, *, registry: Sessions,
                  lock_timeout: str = DEFAULT_LOCK_TIMEOUT, statement_timeout: str = DEFAULT_STATEMENT_TIMEOUT):
         self.name = name
         self._registry = registry
-        self.connection = psycopg.connect(dsn, autocommit=True, application_name=f"labkit-{name}")
+        self.connection = psycopg.connect(conninfo, autocommit=True, application_name=f"labkit-{name}")
         self.pid = self.connection.info.backend_pid
         self.configure(lock_timeout=lock_timeout, statement_timeout=statement_timeout)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"labkit-session-{name}")
@@ -149,7 +151,7 @@ class Session:
                     if not cursor.nextset():
                         break
         except psycopg.Error as error:
-            return Failed(self.name, short_error(error), error.sqlstate, sql)
+            return Failed(self.name, short_error(error), error.sqlstate, sql, error)
         return Result(self.name, tuple(frames), tuple(statuses), time.monotonic() - started, sql)
 
     def submit(self, sql: str, params=None) -> Future:
@@ -196,30 +198,32 @@ class Session:
                 pass
 
     def close(self) -> None:
-        self.cancel()
-        self._executor.shutdown(wait=False, cancel_futures=True)
-        self.connection.close()
+        try:
+            self.cancel()
+        finally:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self.connection.close()
 
 
 @dataclass
 class Sessions:
     """The sessions of one lab, and an observer connection that sees who blocks whom."""
 
-    dsn: str
+    conninfo: str
     sessions: dict[str, Session] = field(default_factory=dict)
     _observer: psycopg.Connection | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def get(self, name: str, **timeouts) -> Session:
         if name not in self.sessions:
-            self.sessions[name] = Session(name, self.dsn, registry=self, **timeouts)
+            self.sessions[name] = Session(name, self.conninfo, registry=self, **timeouts)
         elif timeouts:
             self.sessions[name].configure(**timeouts)
         return self.sessions[name]
 
     def observer(self) -> psycopg.Connection:
         if self._observer is None or self._observer.closed:
-            self._observer = psycopg.connect(self.dsn, autocommit=True, application_name="labkit-observer")
+            self._observer = psycopg.connect(self.conninfo, autocommit=True, application_name="labkit-observer")
         return self._observer
 
     def name_of(self, pid: int) -> str:
@@ -231,10 +235,7 @@ class Sessions:
     def lock_wait(self, session: Session) -> Waiting | None:
         """A Waiting outcome if ``session`` waits for a lock now, else None."""
         with self._lock:
-            row = self.observer().execute(
-                "select wait_event_type, wait_event, pg_blocking_pids(pid) from pg_stat_activity where pid = %s",
-                (session.pid,),
-            ).fetchone()
+            row = self.observer().execute(query("lock_wait"), {"pid": session.pid}).fetchone()
         if not row or row[0] != "Lock":
             return None
         if row[2] and self._only_autovacuum(row[2]):
@@ -244,9 +245,7 @@ class Sessions:
 
     def _only_autovacuum(self, pids: list[int]) -> bool:
         with self._lock:
-            kinds = self.observer().execute(
-                "select backend_type, query from pg_stat_activity where pid = any(%s)", (list(pids),)
-            ).fetchall()
+            kinds = self.observer().execute(query("backend_kinds"), {"pids": list(pids)}).fetchall()
         return bool(kinds) and all(kind == "autovacuum worker" and "wraparound" not in (query or "")
                                    for kind, query in kinds)
 
@@ -267,8 +266,10 @@ class Sessions:
         return done
 
     def close(self) -> None:
-        for session in self.sessions.values():
-            session.close()
-        self.sessions.clear()
-        if self._observer is not None:
-            self._observer.close()
+        try:
+            for session in self.sessions.values():
+                session.close()
+        finally:
+            self.sessions.clear()
+            if self._observer is not None:
+                self._observer.close()

@@ -43,9 +43,11 @@ def main() -> None:
     os.environ.update(LABKIT_HOME=home, LABKIT_RESULTS=results, LABKIT_PROFILE="ci", LABKIT_IDLE_STOP="60")
     import labkit
     from labkit import pgbench
+    from labkit.binaries import program
     from labkit.charts import LiveChart
+    from labkit.embedded import EmbeddedServer
     from labkit.probes import WAIT_EVENTS
-    from labkit.server import EmbeddedServer, client_binary
+    from labkit.runner import PgbenchRunner
 
     try:
         env = os.environ.copy()
@@ -64,18 +66,19 @@ def main() -> None:
                 "insert into bench select g, 0 from generate_series(1, 1000) g")
         spec = pgbench.parse_options(["-c", str(args.clients), "-T", str(args.seconds), "--name", "bench"],
                                      script=SCRIPT)
-        runner = lab.runner()
+        target = lab._target()
+        runner = PgbenchRunner(target)
         raw_tps, labkit_tps, no_probe_tps, probe_share = [], [], [], []
         bare = pgbench.parse_options(["-c", str(args.clients), "-T", str(args.seconds), "--no-log",
                                       "--name", "bench-plain"], script=SCRIPT)
 
         def full():
-            run = runner.run(spec, probes=[WAIT_EVENTS], chart=LiveChart("bench", ["waits"]))
+            run = runner.run(spec, probes=[WAIT_EVENTS], observer=ChartObserver(LiveChart("bench", ["waits"])))
             probe_share.append(len(run.probes["waits"]))
             labkit_tps.append(run.tps)
 
         variants = [
-            lambda: raw_tps.append(raw_pgbench(client_binary("pgbench"), lab, spec, runner.env)),
+            lambda: raw_tps.append(raw_pgbench(program("pgbench"), spec, target.environment)),
             full,
             lambda: no_probe_tps.append(runner.run(bare, probes=[]).tps),
         ]
@@ -105,7 +108,20 @@ def main() -> None:
         shutil.rmtree(results, ignore_errors=True)
 
 
-def raw_pgbench(binary, lab, spec, env_extra) -> float:
+class ChartObserver:
+    """The live chart fed as a notebook feeds it, without a notebook to show it in."""
+
+    def __init__(self, chart):
+        self.chart = chart
+
+    def progress(self, point, line):
+        self.chart.add_progress(point)
+
+    def samples(self, fresh):
+        self.chart.add_samples(fresh)
+
+
+def raw_pgbench(binary, spec, env_extra) -> float:
     """pgbench alone: same script and options, progress only (what a student would type in a shell)."""
     from pathlib import Path
 
@@ -113,8 +129,8 @@ def raw_pgbench(binary, lab, spec, env_extra) -> float:
 
     with tempfile.TemporaryDirectory() as folder:
         script = Path(folder) / "s.sql"
-        script.write_text(SCRIPT)
-        argv = pgbench.build_argv(spec, [script], database=lab.dsn)
+        script.write_text(SCRIPT, encoding="utf-8")
+        argv = pgbench.build_argv(spec, [script])
         out = subprocess.run([str(binary), *argv], capture_output=True, text=True, env={**os.environ, **env_extra},
                              check=True)
     return pgbench.parse_summary(out.stdout).tps

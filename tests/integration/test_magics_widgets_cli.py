@@ -9,7 +9,8 @@ import pytest
 from IPython.core.error import UsageError as IPythonUsageError
 from IPython.testing.globalipapp import start_ipython
 
-from labkit.magics import register
+import labkit
+from labkit.magics import LabMagics, register_once
 from labkit.widgets import panel
 
 pytestmark = pytest.mark.integration
@@ -18,7 +19,10 @@ pytestmark = pytest.mark.integration
 @pytest.fixture(scope="module")
 def shell(lab):
     ip = start_ipython()
-    register(ip, lab)
+    register_once(ip)
+    register_once(ip)  # a second labkit.start() in the same kernel registers nothing more
+    assert sum(isinstance(m, LabMagics) for m in ip.magics_manager.registry.values()) == 1
+    labkit.start("tests")  # the magics use the lab started last
     return ip
 
 

@@ -13,9 +13,9 @@ import psycopg
 import pytest
 
 import labkit
+from labkit.embedded import EmbeddedServer
 from labkit.errors import LabkitError
 from labkit.profiles import Profile
-from labkit.server import EmbeddedServer
 
 pytestmark = pytest.mark.integration
 
@@ -47,7 +47,7 @@ def test_lab_settings_and_no_network(lab):
     assert settings["synchronous_commit"] == "off"
     assert lab.value("select count(*) from pg_extension where extname = 'pg_stat_statements'") == 1
     server = EmbeddedServer()
-    postmaster = psutil.Process(server.pid())
+    postmaster = psutil.Process(server.postmaster_pid())
     assert [c for c in postmaster.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN] == []
     assert oct(server.socket_dir.stat().st_mode & 0o777) == "0o700"
 
@@ -73,13 +73,13 @@ def test_a_killed_server_is_recovered_by_the_next_start():
     server = EmbeddedServer(home)
     try:
         server.start(Profile.named("ci"), watch=False)
-        os.kill(server.pid(), signal.SIGKILL)
+        os.kill(server.postmaster_pid(), signal.SIGKILL)
         deadline = time.monotonic() + 10
-        while server.pid() is not None and time.monotonic() < deadline:
+        while server.postmaster_pid() is not None and time.monotonic() < deadline:
             time.sleep(0.1)
         assert (server.data_dir / "postmaster.pid").exists()  # the stale handle it left
         assert server.start(Profile.named("ci"), watch=False) is True
-        with psycopg.connect(server.dsn(), connect_timeout=5) as connection:
+        with psycopg.connect(server.conninfo(), connect_timeout=5) as connection:
             assert connection.execute("select 1").fetchone() == (1,)
     finally:
         server.stop(mode="immediate")
@@ -112,7 +112,7 @@ def test_bad_dsn_fails_fast_with_a_sentence(monkeypatch):
 
 
 def test_external_server_reports_settings_it_did_not_apply(monkeypatch, lab):
-    monkeypatch.setenv("LABKIT_DSN", EmbeddedServer().dsn("postgres"))
+    monkeypatch.setenv("LABKIT_DSN", EmbeddedServer().conninfo())
     lab.set(synchronous_commit="on")
     try:
         external = labkit.start("external")
@@ -148,7 +148,7 @@ def test_need_connections_raises_the_limit_only_when_needed(lab):
 def test_doctor_reports_whether_the_external_server_answers(lab, monkeypatch, capsys):
     from labkit.__main__ import main
 
-    monkeypatch.setenv("LABKIT_DSN", lab.server.dsn("postgres"))
+    monkeypatch.setenv("LABKIT_DSN", lab.server.admin_conninfo())
     assert main(["doctor"]) == 0
     server_line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("server "))
     assert "(LABKIT_DSN) answers: PostgreSQL 18" in server_line

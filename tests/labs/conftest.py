@@ -3,7 +3,7 @@
 The notebooks run first (nbval, earlier in ``testpaths``) and save their runs in this test
 session's ``LABKIT_RESULTS``. When a lab's records are missing (e.g. ``pytest tests/labs``
 alone), the fixture executes the notebook here under the ci profile, the way
-``python -m labkit run`` does, so the checks always look at a real run.
+``python -m labkit execute`` does, so the checks always look at a real run.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from labkit.errors import UsageError
-from labkit.pgbench import Script, Spec, build_argv, parse_options
+from labkit.pgbench import Script, Spec, build_argv, check_capacity, parse_options
 
 
 def test_common_options():
@@ -56,15 +56,15 @@ def test_empty_script_is_refused():
 
 def test_too_many_clients_for_the_server():
     spec = Spec((Script("a.sql", "select 1;"),), clients=500, duration_s=5)
-    with pytest.raises(UsageError, match=r"500 clients need 500 connections but only 97 are free.*max_connections"):
-        spec.check(max_clients=97)
+    with pytest.raises(UsageError, match=r"500 clients need 500 connections but only 97 are free.*need_connections"):
+        check_capacity(spec, 97)
 
 
 def test_argv_always_reports_progress_and_logs():
     spec = parse_options("-c 2 -T 3 --sampling-rate 0.1", script="select 1;")
-    argv = build_argv(spec, [Path("s.sql")], log_prefix=Path("tx"), database="dbname=x")
+    argv = build_argv(spec, [Path("s.sql")], log_prefix=Path("tx"))
     assert argv[:4] == ["-n", "-r", "-P", "1"]
     assert ["-l", "--log-prefix", "tx", "--sampling-rate", "0.1"] == argv[argv.index("-l"):argv.index("-l") + 5]
-    assert argv[-1] == "dbname=x"
+    assert argv[-2:] == ["-f", "s.sql@1"]  # no server, no database: those travel in libpq's environment
     no_log = parse_options("-c 2 -T 3 --no-log", script="select 1;")
     assert "-l" not in build_argv(no_log, [Path("s.sql")], log_prefix=Path("tx"))

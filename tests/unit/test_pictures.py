@@ -13,7 +13,7 @@ def test_without_records_each_lab_says_what_to_run(tmp_path, monkeypatch):
     monkeypatch.setenv("LABKIT_RESULTS", str(tmp_path / "empty"))
     lines = pictures.write_all(tmp_path / "out", profile="laptop")
     assert len(lines) == len(pictures.KEY_CHARTS)
-    assert lines[0] == ("01-gin-pending-list: no laptop records: run python -m labkit run "
+    assert lines[0] == ("01-gin-pending-list: no laptop records: run python -m labkit execute "
                         "notebooks/01-gin-pending-list.ipynb --profile laptop")
     assert not list((tmp_path / "out").iterdir())
 

@@ -1,0 +1,199 @@
+"""The server interface every backend implements, the lab settings, and the factory that picks one.
+
+Three backends, one interface (:class:`Server`), so callers never ask which one they have:
+
+- ``embedded`` (:mod:`labkit.embedded`): the wheel's PostgreSQL 18, run by labkit;
+- ``external`` (:mod:`labkit.external`): any server named by ``LABKIT_DSN``; labkit runs nothing;
+- ``docker`` (:mod:`labkit.docker_backend`): the image in ``docker/`` through testcontainers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg.conninfo
+
+from . import config
+from .errors import UsageError
+from .profiles import Profile
+
+# Settings every lab server gets. Why each one:
+#   shared_preload_libraries          pg_stat_statements shows where time goes per statement
+#   client_connection_check_interval  a backend stuck in a lock wait notices its client died
+#   synchronous_commit off            results depend on CPU and locks, not on the laptop's disk
+#   log_lock_waits                    the server log names long lock waits
+#   track_io_timing                   I/O waits get times in pg_stat_* views
+#   jit off                           short lab queries pay no compilation time
+LAB_SETTINGS = {
+    "shared_preload_libraries": "pg_stat_statements",
+    "client_connection_check_interval": "2s",
+    "synchronous_commit": "off",
+    "log_lock_waits": "on",
+    "track_io_timing": "on",
+    "jit": "off",
+}
+
+# What lab.settings() shows.
+SETTINGS_THAT_MATTER = (
+    "server_version", "max_connections", "shared_buffers", "work_mem", "synchronous_commit", "fsync",
+    "shared_preload_libraries", "client_connection_check_interval", "deadlock_timeout", "autovacuum",
+    "gin_pending_list_limit", "max_wal_size", "jit", "listen_addresses",
+)
+
+
+def lab_settings(profile: Profile) -> dict[str, str]:
+    """The settings a lab server should have under ``profile``."""
+    return {"max_connections": str(profile.max_connections), "shared_buffers": profile.shared_buffers,
+            **LAB_SETTINGS}
+
+
+def quote_setting(value) -> str:
+    """A value as it is written in postgresql.conf or ALTER SYSTEM.
+
+    >>> quote_setting("2s"), quote_setting(2000), quote_setting("it's")
+    ("'2s'", "'2000'", "'it''s'")
+    """
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+# libpq's connection parameters and the environment variables that carry them.
+_LIBPQ_ENVIRONMENT = {
+    "host": "PGHOST", "hostaddr": "PGHOSTADDR", "port": "PGPORT", "user": "PGUSER", "password": "PGPASSWORD",
+    "dbname": "PGDATABASE", "passfile": "PGPASSFILE", "sslmode": "PGSSLMODE", "sslrootcert": "PGSSLROOTCERT",
+    "sslcert": "PGSSLCERT", "sslkey": "PGSSLKEY", "options": "PGOPTIONS", "connect_timeout": "PGCONNECT_TIMEOUT",
+    "target_session_attrs": "PGTARGETSESSIONATTRS", "channel_binding": "PGCHANNELBINDING",
+    "gssencmode": "PGGSSENCMODE", "sslnegotiation": "PGSSLNEGOTIATION", "application_name": "PGAPPNAME",
+}
+
+
+def libpq_environment(conninfo: str) -> dict[str, str]:
+    """The libpq environment variables that carry ``conninfo``.
+
+    A child program such as pgbench then needs no connection string (with its password) in
+    its command line, where ``ps`` shows it to every user of the machine.
+
+    >>> sorted(libpq_environment("host='/tmp/a b' port=5432 user=postgres password=s3cret dbname=lab_x").items())
+    [('PGDATABASE', 'lab_x'), ('PGHOST', '/tmp/a b'), ('PGPASSWORD', 's3cret'), ('PGPORT', '5432'), ('PGUSER', 'postgres')]
+    """
+    parameters = psycopg.conninfo.conninfo_to_dict(conninfo)
+    unknown = [name for name in parameters if name not in _LIBPQ_ENVIRONMENT]
+    if unknown:
+        raise UsageError(f"labkit cannot pass the connection parameter(s) {', '.join(unknown)} to pgbench: "
+                         "leave them out of LABKIT_DSN.")
+    return {_LIBPQ_ENVIRONMENT[name]: str(value) for name, value in parameters.items()}
+
+
+@dataclass(frozen=True)
+class Status:
+    """What ``python -m labkit server status`` prints."""
+
+    backend: str
+    running: bool
+    version: str | None = None
+    uri: str | None = None
+    data_dir: str | None = None
+    log_file: str | None = None
+    pid: int | None = None
+    kernels: int = 0
+    listens: str | None = None
+
+    def lines(self) -> list[str]:
+        state = "running" if self.running else "stopped"
+        rows = [f"backend:  {self.backend} ({state})"]
+        for label, value in (("version", self.version), ("uri", self.uri), ("listens", self.listens),
+                             ("data dir", self.data_dir), ("log", self.log_file), ("pid", self.pid)):
+            if value:
+                rows.append(f"{label + ':':<9} {value}")
+        rows.append(f"kernels using it: {self.kernels}")
+        return rows
+
+
+class Server:
+    """What every backend offers. Subclasses set ``kind`` and override what they manage."""
+
+    kind = "server"
+    #: whether labkit may restart this server (a setting that needs a restart)
+    can_restart = False
+    #: the folder holding the server's log (None when labkit cannot read it)
+    log_file: Path | None = None
+
+    # -- lifecycle
+
+    def start(self, profile: Profile, *, watch: bool = True) -> bool:
+        """Start the server unless it runs; True when this call started it.
+
+        ``watch``: also start whatever stops the server once no kernel uses it (embedded only).
+        """
+        return False
+
+    def stop(self, mode: str = "fast") -> bool:
+        """Stop the server; True when it was running."""
+        return False
+
+    def restart(self) -> None:
+        """Restart the server (only where :attr:`can_restart`)."""
+        raise UsageError(f"labkit does not restart the {self.kind} server: restart it yourself.")
+
+    def running(self) -> bool:
+        """Whether the server runs (for an external server: assumed)."""
+        return True
+
+    def status(self) -> Status:
+        return Status(self.kind, self.running())
+
+    # -- connecting
+
+    def conninfo(self, database: str | None = None) -> str:
+        """A libpq connection string to ``database`` (None: the administrative database)."""
+        raise NotImplementedError
+
+    def admin_conninfo(self) -> str:
+        """Where labkit creates databases and changes settings."""
+        return self.conninfo(None)
+
+    def libpq_environment(self, database: str) -> dict[str, str]:
+        """The environment a child program (pgbench) needs to reach ``database``."""
+        return libpq_environment(self.conninfo(database))
+
+    def uri(self, database: str | None = None) -> str:
+        """A URI for psql or pgbench typed by hand."""
+        return self.conninfo(database)
+
+    def postmaster_pid(self) -> int | None:
+        """The server's main process on this machine (for perf), None when it is not local."""
+        return None
+
+    # -- kernels using the server (only a server labkit runs keeps track of them)
+
+    def register_kernel(self) -> None:
+        """Note that this process uses the server (the watchdog keeps it up meanwhile)."""
+
+    def unregister_kernel(self) -> None:
+        """Note that this process no longer uses the server."""
+
+    def pgbench_registry(self):
+        """Where pgbench processes are registered so that a dead kernel's are reaped (None: nowhere)."""
+        return None
+
+    def reap_orphans(self) -> list[int]:
+        """Kill pgbench processes whose kernel has died; returns their pids."""
+        return []
+
+
+def server_for_backend(name: str | None = None) -> Server:
+    """The server for LABKIT_BACKEND / LABKIT_DSN (default: the embedded one)."""
+    name = name or config.backend()
+    if name == "embedded":
+        from .embedded import EmbeddedServer
+
+        return EmbeddedServer()
+    if name == "external":
+        from .external import from_environment
+
+        return from_environment()
+    if name == "docker":
+        from .docker_backend import shared
+
+        return shared()
+    raise UsageError(f"Unknown LABKIT_BACKEND={name!r}: use embedded, external or docker.")

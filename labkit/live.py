@@ -1,0 +1,67 @@
+"""What a notebook shows during and after a run: the live chart, then the timeline.
+
+:class:`LiveView` is an observer of :class:`labkit.runner.PgbenchRunner`: it is told about
+progress and samples, and about the end of the run; it never calls back into the lab.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from .probes import WORK
+
+
+def in_notebook() -> bool:
+    """True inside a Jupyter kernel (where widgets can be shown)."""
+    shell_module = sys.modules.get("IPython")
+    if shell_module is None:
+        return False
+    shell = shell_module.get_ipython()
+    return shell is not None and shell.__class__.__name__ == "ZMQInteractiveShell"
+
+
+class LiveView:
+    """The live chart of one run, replaced by the final timeline when the run ends."""
+
+    def __init__(self, name: str, clients: int, probe_names: list[str], *, planned_s: float | None = None):
+        from IPython.display import display
+
+        from .charts import LiveChart
+
+        self.name = name
+        self.chart = LiveChart(f"{name}: {clients} clients, live", probe_names, name=name, planned_s=planned_s)
+        self.handle = display(self.chart.figure, display_id=True)
+
+    def progress(self, point, line: str) -> None:
+        self.chart.add_progress(point)
+
+    def samples(self, fresh: dict[str, list[dict]]) -> None:
+        self.chart.add_samples(fresh)
+
+    def finished(self, run) -> None:
+        """A static figure replaces the widget: it survives saving, HTML export and a closed kernel."""
+        from .charts import timeline
+
+        # a plotly Figure ignores display ids when shown directly: send its bundle instead
+        self.handle.update(timeline(run)._repr_mimebundle_(), raw=True)
+
+    def stopped(self, why: str) -> None:
+        """The run ended without a record to draw (interrupted, or pgbench failed)."""
+        from IPython.display import HTML
+
+        self.handle.update(HTML(f"<b>{self.name}</b>: {why}"))
+
+
+class Printer:
+    """The command line's observer: pgbench's progress lines as they come."""
+
+    def progress(self, point, line: str) -> None:
+        print(line, flush=True)
+
+    def samples(self, fresh: dict[str, list[dict]]) -> None:
+        pass
+
+
+def probe_names(probes, work: str | None) -> list[str]:
+    """The probe panels a live chart needs."""
+    return [probe.name for probe in probes] + ([WORK] if work else [])

@@ -1,0 +1,115 @@
+"""From what a pgbench run left behind to its :class:`~labkit.records.Run` record: pure logic, no I/O.
+
+:mod:`labkit.runner` collects the outputs (:class:`Outputs`); :func:`record` turns them into
+the record. Tested on real pgbench output recorded in ``tests/data/pgbench``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import pgbench
+from .records import Run
+
+
+@dataclass(frozen=True)
+class Context:
+    """What labkit knows about a run before it starts."""
+
+    notebook: str
+    profile: str
+    server: dict  # backend, version, settings
+    started_at: str
+    argv: tuple[str, ...]  # pgbench's arguments (no server, no database: those are in its environment)
+
+
+@dataclass
+class Outputs:
+    """What a finished (or interrupted) pgbench process left behind."""
+
+    stdout: str
+    stderr: str  # what is left once the progress lines are taken out
+    progress: list[pgbench.Progress]
+    wall_s: float
+    transaction_log: object = None  # a DataFrame from pgbench.log_frame, or None
+    samples: dict[str, list[dict]] = field(default_factory=dict)  # probe -> rows with t from the process start
+    probe_errors: dict[str, str] = field(default_factory=dict)
+    interrupted: bool = False
+    exit_code: int | None = 0
+
+
+def record(spec: pgbench.Spec, context: Context, outputs: Outputs) -> Run:
+    """The run record of ``spec`` from its ``outputs``."""
+    summary = pgbench.parse_summary(outputs.stdout)
+    problems = pgbench.parse_errors(outputs.stderr)
+    progress = outputs.progress
+    log = outputs.transaction_log
+    fine, latency, fine_width = [], {}, None
+    connection_s = (summary.initial_connection_ms or 0) / 1000
+    if log is not None and not log.empty:
+        start = pgbench.log_start(log)
+        fine_width = 0.1
+        end = start + spec.duration_s if spec.duration_s else None
+        fine = [vars(b) for b in pgbench.bin_log(log, start, fine_width, sampling_rate=spec.sampling_rate or 1.0,
+                                                 end_s=end)]
+        latency = pgbench.latency_figures(log)
+    elif summary.latency_avg_ms is not None:
+        latency = {"avg": summary.latency_avg_ms, "stddev": summary.latency_stddev_ms}
+    stalls = [vars(s) for s in pgbench.find_stalls([(p.t, p.tps) for p in progress])]
+    # Probes share pgbench's clock, which starts once its clients have connected.
+    samples = {name: [{**row, "t": round(row["t"] - connection_s, 3)} for row in rows]
+               for name, rows in outputs.samples.items()}
+    transactions = summary.transactions
+    if transactions is None and progress:
+        transactions = int(sum(p.tps for p in progress))
+    tps = summary.tps
+    if tps is None and progress:
+        tps = sum(p.tps for p in progress) / len(progress)
+    overrun = None
+    if spec.duration_s:
+        overrun = round(max(0.0, outputs.wall_s - connection_s - spec.duration_s), 2)
+    return Run(
+        name=spec.name, notebook=context.notebook, profile=context.profile, started_at=context.started_at,
+        server=context.server, scripts=[vars(s) for s in spec.scripts], clients=spec.clients, jobs=spec.threads,
+        duration_s=spec.duration_s, transactions_per_client=spec.transactions, mode=spec.mode,
+        argv=list(context.argv), wall_s=round(outputs.wall_s, 3), overrun_s=overrun, tps=tps, latency_ms=latency,
+        transactions=transactions, failures=summary.failed, retries=summary.retries,
+        aborted_clients=problems.aborted_clients, errors=list(problems.errors), interrupted=outputs.interrupted,
+        per_second=[vars(p) for p in progress], fine=fine, fine_width_s=fine_width, stalls=stalls, probes=samples,
+        statements=[vars(s) for s in summary.statements],
+        extra={"probe_errors": dict(outputs.probe_errors)} if outputs.probe_errors else {},
+    )
+
+
+def failure(outputs: Outputs, run: Run) -> str | None:
+    """Why a run failed (pgbench's own first error), or None when it did work or was interrupted.
+
+    A run that ended with an error but completed transactions (some clients aborted) is kept:
+    its record lists the errors.
+    """
+    if outputs.interrupted or outputs.exit_code == 0 or run.transactions:
+        return None
+    if run.errors:
+        return run.errors[0]
+    return f"pgbench exited with code {outputs.exit_code}"
+
+
+def work_figures(done: float, run: Run) -> dict:
+    """Goodput beside tps: work per second on pgbench's own clock, and the share of useful transactions.
+
+    pgbench's tps is transactions / (its run time); goodput is work / the same time, so the two
+    compare directly even when some transactions did nothing (a skipped lock, an empty queue).
+
+    >>> work_figures(50, Run("r", "nb", "ci", "now", tps=100.0, transactions=1000, duration_s=10))
+    {'work': 50, 'goodput': 5.0, 'useful': 0.05}
+    """
+    figures = {"work": int(done) if float(done).is_integer() else done}
+    if run.tps and run.transactions:
+        seconds = run.transactions / run.tps
+    else:
+        seconds = run.duration_s or run.wall_s or 0
+    if seconds:
+        figures["goodput"] = round(done / seconds, 1)
+    if run.transactions:
+        figures["useful"] = round(done / run.transactions, 4)
+    return figures

