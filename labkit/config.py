@@ -85,7 +85,7 @@ def private_dir(path: Path, mode: int = 0o700) -> Path:
 def write_private(path: Path, text: str) -> Path:
     """Write ``text`` to a file only its owner can read (created with mode 0600 from the start)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o600)
     with open(descriptor, "w", encoding=ENCODING) as handle:
         handle.write(text)
     path.chmod(0o600)

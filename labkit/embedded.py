@@ -7,7 +7,8 @@ The start sequence is the same on every OS: refuse if already running, spawn wit
   kernels from starting it at once.
 - How clients reach it (the *transport*): on Linux and macOS a Unix socket in a folder only
   its owner can open, and no TCP port at all; on Windows TCP on 127.0.0.1 only, on a free
-  port, with a generated password kept in a file only the user can read.
+  port (the same as last time when it is still free), with a generated password kept in a
+  file only the user can read.
 - Paths are never pasted into a command line that a shell splits: connection and socket
   settings go in ``labkit.conf`` (included by postgresql.conf), and connection strings are
   built by psycopg. pg_ctl writes to files, not pipes (on Windows the postmaster inherits
@@ -36,7 +37,7 @@ from . import config, processes, service_user
 from .backend import Server, Status, lab_settings, quote_setting
 from .binaries import program
 from .config import ENCODING
-from .errors import ServerStartFailed, tail
+from .errors import LabkitError, ServerStartFailed, tail
 from .profiles import Profile
 from .registry import ProcessRegistry
 
@@ -51,11 +52,16 @@ def default_transport() -> str:
     return "tcp" if os.name == "nt" else "socket"
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nothing listens on now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
+def free_port(host: str = "127.0.0.1", preferred: int | None = None) -> int:
+    """A TCP port nothing listens on now: ``preferred`` (the last one used) when it is still free."""
+    for port in ([preferred] if preferred else []) + [0]:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                continue
+            return probe.getsockname()[1]
+    raise OSError(f"no free TCP port on {host}")
 
 
 def directories_setting(path: Path) -> str:
@@ -146,6 +152,8 @@ class EmbeddedServer(Server):
             return None
         try:
             name = psutil.Process(pid).name()
+        except psutil.AccessDenied:
+            return pid  # a process we may not inspect is still a live server: never remove its pid file
         except psutil.Error:
             return None
         return pid if "postgres" in name or "postmaster" in name else None
@@ -165,9 +173,12 @@ class EmbeddedServer(Server):
         command = [str(program(name, service_user.bin_dir())), *args]
         what = f"{name} {args[0]}" if not args[0].startswith("-") else name
         with tempfile.TemporaryFile("w+", encoding=ENCODING, errors="replace") as output:
+            options = service_user.popen_options(self.home)
+            if os.name == "nt":  # the server must not share a console: a Ctrl+C there would stop it
+                options["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.CREATE_NO_WINDOW
             try:
                 result = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
-                                        timeout=timeout, **service_user.popen_options(self.home))
+                                        timeout=timeout, **options)
             except subprocess.TimeoutExpired:
                 raise ServerStartFailed(f"`{what}` did not finish within {timeout:.0f} s.",
                                         detail=self._log_tail()) from None
@@ -188,6 +199,12 @@ class EmbeddedServer(Server):
     # -- lifecycle
 
     def _prepare_dirs(self) -> None:
+        if os.name == "nt":
+            try:  # PostgreSQL's programs take their arguments in the ANSI code page on Windows
+                str(self.home).encode("mbcs", "strict")
+            except UnicodeEncodeError:
+                raise LabkitError(f"PostgreSQL on Windows cannot use the folder {self.home}: set LABKIT_HOME to a "
+                                  "folder whose path this system's code page can write (e.g. C:\\labkit).") from None
         config.private_dir(self.home, 0o711 if config.is_root() else 0o700)
         service_user.check_reachable(self.home)
         folders = [self.data_dir, self.log_dir] + ([self.socket_dir] if self.transport == "socket" else [])
@@ -226,7 +243,7 @@ class EmbeddedServer(Server):
             with open(conf, "a", encoding=ENCODING) as handle:
                 handle.write(f"\n{INCLUDE_LINE}\n")
         if self.transport == "tcp":
-            self._save_state(port=free_port())
+            self._save_state(port=free_port(preferred=self._state().get("port")))
             settings = {"listen_addresses": "127.0.0.1", "port": str(self.port), "unix_socket_directories": ""}
         else:
             settings = {"listen_addresses": "", "port": str(SOCKET_PORT),
@@ -264,6 +281,14 @@ class EmbeddedServer(Server):
             if not self.initialized() or self.postmaster_pid() is None:
                 return False
             self._program("pg_ctl", "stop", "-D", str(self.data_dir), "-m", mode, "-w", "-t", "30", timeout=60)
+            return True
+
+    def stop_if_unused(self) -> bool:
+        """Stop the server unless a kernel uses it, under the start lock (a kernel starting now waits)."""
+        with self._lock:
+            if self.kernels.live():
+                return False
+            self.stop()
             return True
 
     def restart(self) -> None:

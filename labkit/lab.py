@@ -68,10 +68,15 @@ class Lab:
         self.notebook = notebook
         self.profile = profile
         self.database = database_name(notebook)
-        self.conninfo = server.conninfo(self.database)
         self.messages = messages
-        self.sessions = Sessions(self.conninfo)
+        self.sessions = Sessions(lambda: self.conninfo)
         self.last_run: records.Run | None = None
+
+    @property
+    def conninfo(self) -> str:
+        """The lab database's connection string (asked anew: a restarted server may have a new port)."""
+        return self.server.conninfo(self.database)
+
 
     # -- SQL
 

@@ -68,6 +68,17 @@ def pgbench_client_limit(threads: int = 1) -> int | None:
     return None
 
 
+def check_pgbench_clients(clients: int, threads: int) -> None:
+    """Refuse a run pgbench would abort here for want of sockets it can wait on (macOS, Windows)."""
+    from .errors import UsageError
+
+    most = pgbench_client_limit(threads)
+    if most is not None and clients > most:
+        remedy = "raise -j" if WINDOWS else "lower -c, or run pgbench on Linux"
+        raise UsageError(f"pgbench on {sys.platform} drives at most {most} clients with -j {threads} "
+                         f"(it waits with select()): {remedy}.")
+
+
 def semaphores_needed(max_connections: int) -> int:
     """System V semaphores PostgreSQL 18 needs for ``max_connections`` (sets of 16, plus one each).
 
@@ -83,7 +94,8 @@ def semaphores_needed(max_connections: int) -> int:
 
 def _sysctl(name: str) -> int | None:
     try:
-        result = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5)
+        result = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, encoding="ascii",
+                                errors="replace", timeout=5)
         return int(result.stdout.strip())
     except (OSError, ValueError, subprocess.TimeoutExpired):
         return None
@@ -112,4 +124,4 @@ def problems(profile: Profile, *, clients: int | None = None) -> list[str]:
     return found
 
 
-__all__ = ["file_limit", "pgbench_client_limit", "problems", "raise_file_limit", "semaphores_needed"]
+__all__ = ["check_pgbench_clients", "file_limit", "pgbench_client_limit", "problems", "raise_file_limit", "semaphores_needed"]

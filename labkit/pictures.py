@@ -16,7 +16,14 @@ from pathlib import Path
 from . import charts, records
 from .errors import UsageError
 
-BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome", "msedge")
+# Where macOS and Windows install Chrome and Edge (not on the PATH there).
+INSTALLED = (
+    "/Applications/Google Chrome.app/Contents/MacOS/Google Chrome",
+    "/Applications/Chromium.app/Contents/MacOS/Chromium",
+    r"C:\Program Files\Google\Chrome\Application\chrome.exe",
+    r"C:\Program Files (x86)\Microsoft\Edge\Application\msedge.exe",
+)
 
 
 def browser() -> str:
@@ -25,7 +32,11 @@ def browser() -> str:
         found = shutil.which(name)
         if found:
             return found
-    raise UsageError("No Chromium found to render the pictures: install it (Debian/Ubuntu: apt-get install chromium).")
+    for path in INSTALLED:
+        if Path(path).exists():
+            return path
+    raise UsageError("No Chromium, Chrome or Edge found to render the pictures: install one "
+                     "(Debian/Ubuntu: apt-get install chromium).")
 
 
 def render(figure, path: Path, *, width: int = 1200, height: int | None = None) -> Path:

@@ -66,19 +66,21 @@ def child_options() -> dict:
     """
     if WINDOWS:
         return {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}
-    return {"start_new_session": True, "preexec_fn": _posix_child_setup}
-
-
-def _posix_child_setup() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """As many open files as the hard limit allows (pgbench: one socket per client); die with the parent on Linux."""
-    from .limits import raise_file_limit
-
-    raise_file_limit()
     if sys.platform == "linux":
-        import ctypes
+        return {"start_new_session": True, "preexec_fn": _die_with_parent}
+    return {"start_new_session": True}
 
-        PR_SET_PDEATHSIG = 1
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+if sys.platform == "linux":
+    import ctypes
+
+    _PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child may only make the call
+    _PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Linux: the child gets SIGKILL when its parent dies. Nothing else runs there (the parent has threads)."""
+    _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def bind_to_this_process(process: subprocess.Popen) -> None:

@@ -19,12 +19,21 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from pathlib import Path
 
 from . import processes
 from .config import ENCODING, private_dir
 
 PINNED = "pinned"
+
+
+def _write_whole(path: Path, entry: dict) -> None:
+    """Write an entry so that a reader sees the old file or the new one, never half of one."""
+    private_dir(path.parent)
+    partial = path.with_name(path.name + f".{os.getpid()}.tmp")
+    partial.write_text(json.dumps(entry), encoding=ENCODING)
+    os.replace(partial, path)
 
 
 class ProcessRegistry:
@@ -41,9 +50,8 @@ class ProcessRegistry:
             return None
         if owner is not None:
             entry.update(owner=owner, owner_created=processes.started_at(owner))
-        private_dir(self.folder)
         path = self.folder / f"{pid}.json"
-        path.write_text(json.dumps(entry), encoding=ENCODING)
+        _write_whole(path, entry)
         return path
 
     def remove(self, pid: int | None = None) -> None:
@@ -54,8 +62,7 @@ class ProcessRegistry:
         """Keep the server up without any kernel (``python -m labkit server start``), or stop doing so."""
         marker = self.folder / f"{PINNED}.json"
         if pinned:
-            private_dir(self.folder)
-            marker.write_text(json.dumps({PINNED: True}), encoding=ENCODING)
+            _write_whole(marker, {PINNED: True})
         else:
             with contextlib.suppress(OSError):
                 marker.unlink()
@@ -67,8 +74,10 @@ class ProcessRegistry:
             try:
                 yield path, json.loads(path.read_text(encoding=ENCODING))
             except (OSError, ValueError):
+                # Unreadable: being replaced right now, or left broken long ago (only then removed).
                 with contextlib.suppress(OSError):
-                    path.unlink()
+                    if time.time() - path.stat().st_mtime > 60:
+                        path.unlink()
 
     def live(self) -> list[int]:
         """Pids of the registered processes that still run (0 for the pinned entry); dead entries are removed."""

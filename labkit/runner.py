@@ -25,7 +25,7 @@ from typing import Protocol
 
 import psycopg
 
-from . import outcome, pgbench, processes
+from . import limits, outcome, pgbench, processes
 from . import perf as perf_module
 from .config import ENCODING
 from .errors import RunFailed, UsageError
@@ -133,6 +133,7 @@ class PgbenchRunner:
         try:
             probes = [p for p in probes if p.name != WORK] + ([work_probe(work)] if work else [])
             pgbench.check_capacity(spec, free_connections(self.target.conninfo) - (1 if probes else 0))
+            limits.check_pgbench_clients(spec.clients, spec.threads)
             work_before = measure_work(self.target.conninfo, work) if work else None
             recording, perf_reason = self._perf_recording() if perf else (None, None)
             run, outputs = self._run(spec, probes, observer, workdir)
@@ -169,13 +170,15 @@ class PgbenchRunner:
         return recording, None
 
     def _run(self, spec: pgbench.Spec, probes: list[Probe], observer: Observer | None, workdir: Path):
+        # pgbench runs in workdir and is given names relative to it: on Windows its command line is
+        # read in the ANSI code page, where a user's folder name may not be writable.
         paths = []
         for index, script in enumerate(spec.scripts):
-            path = workdir / f"{index}-{Path(script.name).name}"
-            path.write_text(script.text if script.text.endswith("\n") else script.text + "\n", encoding=ENCODING)
+            path = Path(f"{index}-{Path(script.name).name}")
+            (workdir / path).write_text(script.text if script.text.endswith("\n") else script.text + "\n",
+                                        encoding=ENCODING)
             paths.append(path)
-        log_prefix = workdir / "tx"
-        argv = pgbench.build_argv(spec, paths, log_prefix=log_prefix)
+        argv = pgbench.build_argv(spec, paths, log_prefix=Path("tx"))
         application_name = f"labkit-run-{uuid.uuid4().hex[:8]}"
         environment = {**os.environ, **self.target.environment, "PGAPPNAME": application_name}
         context = outcome.Context(self.target.notebook, self.target.profile, self.target.server, now_iso(),
@@ -185,30 +188,36 @@ class PgbenchRunner:
         process = subprocess.Popen([str(self.target.pgbench), *argv], stdin=subprocess.DEVNULL,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment, cwd=workdir,
                                    **processes.child_options())
-        processes.bind_to_this_process(process)
         registry = self.target.registry
-        if registry is not None:
-            registry.add(process.pid, owner=os.getpid())
-        sampler.start(started)
-        reader = _OutputReader(process)
+        reader = None
         interrupted = False
-        try:
+        try:  # from here on, whatever happens, pgbench does not outlive this call
+            processes.bind_to_this_process(process)
+            if registry is not None:
+                registry.add(process.pid, owner=os.getpid())
+            sampler.start(started)
+            reader = _OutputReader(process)
             reader.follow(observer, sampler)
         except KeyboardInterrupt:
             interrupted = True
             processes.interrupt(process)
             terminate_backends(self.target.conninfo, application_name)
         finally:
-            process.wait()
+            try:
+                process.wait(timeout=5 if interrupted or reader is None else None)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
             wall_s = time.monotonic() - started
-            reader.close()
+            if reader is not None:
+                reader.close()
             samples = sampler.stop()
             if registry is not None:
                 registry.remove(process.pid)
         # Backends flush their statistics as they exit: wait, so the next query sees this run's counts.
         wait_backends_gone(self.target.conninfo, application_name)
         outputs = outcome.Outputs(stdout=reader.stdout(), stderr="\n".join(reader.other_lines), progress=reader.progress,
-                                  wall_s=wall_s, transaction_log=_read_logs(log_prefix), samples=samples,
+                                  wall_s=wall_s, transaction_log=_read_logs(workdir / "tx"), samples=samples,
                                   probe_errors=sampler.errors, interrupted=interrupted, exit_code=process.returncode)
         return outcome.record(spec, context, outputs), outputs
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -209,21 +210,21 @@ class Session:
 class Sessions:
     """The sessions of one lab, and an observer connection that sees who blocks whom."""
 
-    conninfo: str
+    conninfo: Callable[[], str]  # asked at each new connection: a restarted server may move
     sessions: dict[str, Session] = field(default_factory=dict)
     _observer: psycopg.Connection | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def get(self, name: str, **timeouts) -> Session:
         if name not in self.sessions:
-            self.sessions[name] = Session(name, self.conninfo, registry=self, **timeouts)
+            self.sessions[name] = Session(name, self.conninfo(), registry=self, **timeouts)
         elif timeouts:
             self.sessions[name].configure(**timeouts)
         return self.sessions[name]
 
     def observer(self) -> psycopg.Connection:
         if self._observer is None or self._observer.closed:
-            self._observer = psycopg.connect(self.conninfo, autocommit=True, application_name="labkit-observer")
+            self._observer = psycopg.connect(self.conninfo(), autocommit=True, application_name="labkit-observer")
         return self._observer
 
     def name_of(self, pid: int) -> str:

@@ -32,8 +32,7 @@ def watch(home: Path) -> None:
                     idle_since = None
                 else:
                     idle_since = idle_since or time.monotonic()
-                    if time.monotonic() - idle_since >= config.idle_stop_seconds():
-                        server.stop()
+                    if time.monotonic() - idle_since >= config.idle_stop_seconds() and server.stop_if_unused():
                         return
                 time.sleep(POLL_SECONDS)
     except filelock.Timeout:

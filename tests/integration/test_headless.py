@@ -24,7 +24,8 @@ print(os.getpid(), len(ports - {getattr(sys.stdout.pub_thread, "_pipe_port", Non
 @pytest.mark.posix
 def test_the_kernel_channels_use_no_tcp_port_and_the_kernel_ends_with_the_run(tmp_path, monkeypatch):
     notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(PROBE)])
-    path = tmp_path / "probe.ipynb"
+    path = tmp_path / "my notebooks ü" / "probe.ipynb"  # a folder name with a space and a non-ASCII letter
+    path.parent.mkdir()
     nbformat.write(notebook, path)
     sockets = tmp_path / "temporary"
     sockets.mkdir()
