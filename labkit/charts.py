@@ -504,8 +504,6 @@ class LiveChart:
 
     def _draw_waits(self, samples: list[dict]) -> None:
         """The wait areas, counted from the samples not counted yet, into the fixed slots."""
-        import numpy as np
-
         self._waits.add(samples[self._waits_counted:])
         self._waits_counted = len(samples)
         for slot, drawn in zip_longest(self._wait_slots, self._waits.areas()):
@@ -514,8 +512,8 @@ class LiveChart:
                     slot.update(x=[], y=[], hovertext=None, name="", showlegend=False)
                 continue
             series, times, values, texts = drawn
-            # numpy arrays: plotly checks and sends them whole, lists an element at a time
-            slot.update(x=np.array(times), y=np.array(values), hovertext=texts, hovertemplate=_wait_hover(series),
+            # plain lists: the widget's front end applies them (numpy arrays travel as binary buffers)
+            slot.update(x=list(times), y=list(values), hovertext=texts, hovertemplate=_wait_hover(series),
                         name=series.name, showlegend=True, line_color=series.color, fillcolor=series.color)
 
     def _draw_probe(self, name: str, samples: list[dict]) -> None:
