@@ -73,8 +73,8 @@ def libpq_environment(conninfo: str) -> dict[str, str]:
     A child program such as pgbench then needs no connection string (with its password) in
     its command line, where ``ps`` shows it to every user of the machine.
 
-    >>> sorted(libpq_environment("host='/tmp/a b' port=5432 user=postgres password=s3cret dbname=lab_x").items())
-    [('PGDATABASE', 'lab_x'), ('PGHOST', '/tmp/a b'), ('PGPASSWORD', 's3cret'), ('PGPORT', '5432'), ('PGUSER', 'postgres')]
+    >>> sorted(libpq_environment("host='labkit run' port=5432 user=postgres password=s3cret dbname=lab_x").items())
+    [('PGDATABASE', 'lab_x'), ('PGHOST', 'labkit run'), ('PGPASSWORD', 's3cret'), ('PGPORT', '5432'), ('PGUSER', 'postgres')]
     """
     parameters = psycopg.conninfo.conninfo_to_dict(conninfo)
     unknown = [name for name in parameters if name not in _LIBPQ_ENVIRONMENT]

@@ -67,8 +67,8 @@ def child_options() -> dict:
     if WINDOWS:
         return {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}
     if sys.platform == "linux":
-        return {"start_new_session": True, "preexec_fn": _die_with_parent}
-    return {"start_new_session": True}
+        return {"start_new_session": True, "preexec_fn": _die_with_parent}  # posix-only: Windows returned above
+    return {"start_new_session": True}  # posix-only: Windows returned above
 
 
 if sys.platform == "linux":
@@ -80,7 +80,7 @@ if sys.platform == "linux":
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     """Linux: the child gets SIGKILL when its parent dies. Nothing else runs there (the parent has threads)."""
-    _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)  # posix-only: Linux alone installs this function
 
 
 def bind_to_this_process(process: subprocess.Popen) -> None:
@@ -102,7 +102,7 @@ def interrupt(process: subprocess.Popen, grace_s: float = INTERRUPT_GRACE_S) -> 
     """Ask ``process`` to stop as an interactive Ctrl+C would; kill it if it has not within ``grace_s``."""
     if process.poll() is None:
         try:
-            process.send_signal(signal.CTRL_BREAK_EVENT if WINDOWS else signal.SIGINT)
+            process.send_signal(signal.CTRL_BREAK_EVENT if WINDOWS else signal.SIGINT)  # each OS its own
         except (OSError, ValueError):
             grace_s = 0  # no console to share (a Windows kernel often has none): end it at once
     try:
@@ -127,7 +127,7 @@ def _popen_detached(argv: list[str]) -> None:
     options: dict = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL,
                      "close_fds": True}
     if not WINDOWS:
-        subprocess.Popen(argv, start_new_session=True, **options)
+        subprocess.Popen(argv, start_new_session=True, **options)  # posix-only: Windows below
         return
     flags = subprocess.DETACHED_PROCESS | subprocess.CREATE_NEW_PROCESS_GROUP
     try:  # out of any job the kernel runs in, so that closing the job does not end the helper
