@@ -1,37 +1,48 @@
-"""Charts: data in, plotly figure out.
+"""Charts: data in, plotly figure out, every figure in the labkit style (:mod:`labkit.style`).
 
-- :func:`timeline` — one run over time: TPS per second (and per 100 ms), latency, the
-  wait events of the server's backends and any other probe, with stalls shaded.
+- :func:`timeline` — one run over time: TPS per second (and per 100 ms) with goodput, latency on
+  a log axis, the wait events of the server's backends grouped by class, and any other probe;
+  stalls shaded and pgbench's planned end (``-T``) marked.
 - :class:`LiveChart` — the same picture, filled while the run happens (a FigureWidget).
-- :func:`compare` — several runs side by side; :func:`bars` — one figure per run.
+- :func:`compare` — several runs: tps over time and one bar each; :func:`sweep` — throughput
+  against clients; :func:`logs_beside` — an article's progress logs beside this machine's runs.
+
+A run (or a method of a sweep) has one colour in every chart; its tps is solid, its goodput dashed.
 """
 
 from __future__ import annotations
 
-import time
+import math
+from dataclasses import dataclass
+from itertools import zip_longest
+from time import monotonic
 
+from . import style
 from .pgbench import Progress, find_stalls
 from .probes import WORK
 from .records import Run
 
-STALL_COLOR = "rgba(214, 39, 40, 0.15)"
-TPS_COLOR = "#1f77b4"
-GOODPUT_COLOR = "#2ca02c"
+STALL_COLOR = style.STALL_COLOR
+TPS_NAME = "tps per second"  # the browser test finds the live chart's tps by this name
 GOODPUT_NAME = "goodput (work per second)"
-FINE_COLOR = "rgba(31, 119, 180, 0.35)"
-LATENCY_COLOR = "#ff7f0e"
-WAIT_COLORS = {
-    "CPU": "#2ca02c",
-    "idle": "#dddddd",
-    "Lock: transactionid": "#d62728",
-    "Lock: tuple": "#ff9896",
-    "Lock: relation": "#9467bd",
-    "Lock: advisory": "#8c564b",
-    "LWLock: BufferContent": "#e377c2",
-    "LWLock: WALWrite": "#7f7f7f",
-    "IO: DataFileRead": "#bcbd22",
-    "IPC: ProcArrayGroupUpdate": "#17becf",
-}
+STALL_NAME = "stall (tps < 10% of median)"
+MAX_WAIT_SERIES = 7
+NAMED_FIRST, NAMED_SHARE = 4, 0.05  # events named before any class is folded: the largest, if not tiny
+OTHER_WAITS = "other waits"
+LATENCY_COLORS = {"avg": style.VERMILLION, "p99": style.ORANGE, "max": style.BLACK}
+PROBE_COLORS = (style.BLACK, style.SKY, style.ORANGE, style.PURPLE, style.GREEN, style.VERMILLION, style.BLUE)
+LIVE_COLOR = style.BLUE  # a live chart that was not told its run's name
+
+# Panel heights in pixels: the wait panel is as tall as it needs to be read.
+ROW_PIXELS = {"tps": 260, "latency": 200, "waits": 260}
+PROBE_PIXELS = 160
+GAP_PIXELS = 55  # room for each panel's title
+TOP_PIXELS, BOTTOM_PIXELS, LEGEND_PIXELS = 90, 60, 240
+
+# A redraw is a message the browser must render: progress (one line a second) is drawn at most
+# every half second, probe samples alone at most once a second.
+PROGRESS_REDRAW_S = 0.5
+SAMPLES_REDRAW_S = 1.0
 
 
 def _go():
@@ -39,6 +50,14 @@ def _go():
     from plotly.subplots import make_subplots
 
     return go, make_subplots
+
+
+def run_color(run: Run) -> str:
+    """A run's colour: that of its method (what a sweep records) or of its name."""
+    return style.color(run.extra.get("method") or run.name)
+
+
+# -- the frame of a timeline
 
 
 def _rows(probe_names: list[str]) -> list[str]:
@@ -49,62 +68,95 @@ def _rows(probe_names: list[str]) -> list[str]:
     return rows
 
 
-_TITLES = {"tps": "transactions per second", "latency": "latency (ms)", "waits": "backends by wait event"}
+_TITLES = {"tps": "transactions per second", "latency": "latency (ms, log scale)",
+           "waits": "backends by wait event"}
+
+
+def _legend_of(row_index: int) -> str:
+    return "legend" if row_index == 1 else f"legend{row_index}"
 
 
 def _frame(rows: list[str], title: str, widget: bool = False):
+    """Panels one above the other on one time axis, each with its legend beside it."""
     go, make_subplots = _go()
-    heights = [0.4] + [0.6 / (len(rows) - 1)] * (len(rows) - 1)
+    heights = [ROW_PIXELS.get(row, PROBE_PIXELS) for row in rows]
+    plot_height = sum(heights) + GAP_PIXELS * (len(rows) - 1)
     figure = make_subplots(
-        rows=len(rows), cols=1, shared_xaxes=True, vertical_spacing=0.06, row_heights=heights,
-        subplot_titles=[_TITLES.get(row, f"probe: {row}") for row in rows],
+        rows=len(rows), cols=1, shared_xaxes=True, vertical_spacing=GAP_PIXELS / plot_height,
+        row_heights=heights, subplot_titles=[_TITLES.get(row, f"probe: {row}") for row in rows],
     )
+    style.apply(figure)
     figure.update_layout(
-        title=title, height=260 + 150 * len(rows), margin=dict(l=60, r=20, t=70, b=40),
-        legend=dict(orientation="h", y=-0.08), template="plotly_white", hovermode="x unified",
+        title=title, height=plot_height + TOP_PIXELS + BOTTOM_PIXELS, hovermode="x unified",
+        margin=dict(t=TOP_PIXELS, b=BOTTOM_PIXELS, r=LEGEND_PIXELS), **_row_legends(figure, rows),
     )
     figure.update_xaxes(title_text="seconds since the run started", row=len(rows), col=1)
+    figure.update_yaxes(title_text="tps", rangemode="tozero", row=1, col=1)
+    # full numbers on every tick (plotly labels 20 and 50 "2" and "5" on a short log axis)
+    figure.update_yaxes(title_text="ms", type="log", tickformat=",~g", row=2, col=1)
+    if "waits" in rows:
+        figure.update_yaxes(title_text="backends", rangemode="tozero", row=rows.index("waits") + 1, col=1)
     if widget:
         figure = go.FigureWidget(figure)
     return figure
 
 
-def _stall_shapes(stalls, rows_count: int) -> list[dict]:
+def _row_legends(figure, rows: list[str]) -> dict:
+    """One legend beside each panel, level with its top: a legend no taller than its panel."""
+    legends = {}
+    for index, row in enumerate(rows, start=1):
+        top = figure.layout["yaxis" if index == 1 else f"yaxis{index}"].domain[1]
+        legends[_legend_of(index)] = dict(
+            x=1.01, xanchor="left", y=top, yanchor="top", bgcolor="rgba(0,0,0,0)",
+            traceorder="reversed" if row == "waits" else "normal",  # as the areas are stacked
+        )
+    return legends
+
+
+def _add(figure, trace, row_index: int) -> None:
+    trace.legend = _legend_of(row_index)
+    figure.add_trace(trace, row=row_index, col=1)
+
+
+def _stall_shapes(stalls) -> list[dict]:
     return [
-        dict(type="rect", xref="x", yref="paper", x0=s["start"], x1=s["end"], y0=0, y1=1,
+        dict(type="rect", name="stall", xref="x", yref="paper", x0=s["start"], x1=s["end"], y0=0, y1=1,
              fillcolor=STALL_COLOR, line_width=0, layer="below")
         for s in stalls
     ]
 
 
-def _wait_traces(samples: list[dict]):
-    """Stacked areas of backends per wait event, one trace per event."""
+def _stall_key(shown: bool):
+    """A legend entry for the stall bands (a shape has none): a square in their colour."""
     go, _ = _go()
-    times = sorted({row["t"] for row in samples})
-    events: dict[str, dict[float, int]] = {}
-    for row in samples:
-        events.setdefault(row["wait"], {})[row["t"]] = row["backends"]
-    order = sorted(events, key=lambda name: -sum(events[name].values()))
-    return [
-        go.Scatter(
-            x=times, y=[events[name].get(t, 0) for t in times], name=name, stackgroup="waits",
-            mode="lines", line=dict(width=0.5, color=WAIT_COLORS.get(name)), legendgroup="waits",
-        )
-        for name in order if name != "idle"
-    ]
+    return go.Scatter(x=[None], y=[None], name=STALL_NAME, mode="markers", showlegend=shown, hoverinfo="skip",
+                      marker=dict(symbol="square", size=14, color=STALL_COLOR, line=dict(width=0)))
 
 
-def _probe_traces(name: str, samples: list[dict]):
+def _planned_end_shapes(planned_s: float | None) -> list[dict]:
+    if not planned_s:
+        return []
+    return [dict(type="line", name="planned end", xref="x", yref="paper", x0=planned_s, x1=planned_s, y0=0, y1=1,
+                 line=dict(color=style.PLANNED_END_COLOR, width=1.5, dash="dot"))]
+
+
+def _planned_end_label(planned_s: float, overrun_s: float | None = None) -> dict:
+    """The planned end's label, in the tps panel, left of the line (the run's data is there)."""
+    text = f"planned end (-T {planned_s:g} s)"
+    if overrun_s and overrun_s >= 0.1:
+        text += f"<br>ran {overrun_s:.1f} s over"
+    return dict(name="planned end", text=text, x=planned_s, xref="x", y=1, yref="y domain", showarrow=False,
+                xanchor="right", yanchor="top", align="right", bgcolor="rgba(255,255,255,0.75)",
+                font=dict(size=11, color=style.PLANNED_END_COLOR))
+
+
+# -- tps and latency
+
+
+def _tps_trace(x, y, color: str):
     go, _ = _go()
-    names = list(dict.fromkeys(c for row in samples for c in row if c != "t"))
-    # a column is drawn when any sample has a number in it (the first may be NULL, e.g. a ratio of 0/0)
-    columns = [c for c in names if any(isinstance(row.get(c), (int, float)) and not isinstance(row.get(c), bool)
-                                       for row in samples)]
-    return [
-        go.Scatter(x=[row["t"] for row in samples], y=[row.get(c) for row in samples], name=f"{name}: {c}",
-                   mode="lines+markers", marker_size=4)
-        for c in columns
-    ]
+    return go.Scatter(x=x, y=y, name=TPS_NAME, mode="lines+markers", marker_size=5,
+                      line=dict(color=color, width=2, dash=style.TPS_DASH))
 
 
 def work_rates(samples: list[dict]) -> list[tuple[float, float]]:
@@ -118,69 +170,301 @@ def work_rates(samples: list[dict]) -> list[tuple[float, float]]:
             for (t0, w0), (t1, w1) in zip(points, points[1:]) if t1 > t0]
 
 
-def _goodput_trace(samples: list[dict]):
+def _goodput_trace(samples: list[dict], color: str):
     go, _ = _go()
     rates = work_rates(samples)
-    return go.Scatter(x=[t for t, _ in rates], y=[r for _, r in rates], name=GOODPUT_NAME,
-                      mode="lines+markers", line=dict(color=GOODPUT_COLOR, width=2, dash="dot"))
+    return go.Scatter(x=[t for t, _ in rates], y=[r for _, r in rates], name=GOODPUT_NAME, mode="lines+markers",
+                      marker=dict(size=5, symbol="diamond"), line=dict(color=color, width=2, dash=style.GOODPUT_DASH))
+
+
+def _positive(xs, ys) -> tuple[list, list]:
+    """The points a log axis can draw: it has no place for zero or a missing value.
+
+    >>> _positive([1, 2, 3, 4], [5.0, None, 0, 2.5])
+    ([1, 4], [5.0, 2.5])
+    """
+    kept = [(x, y) for x, y in zip(xs, ys) if isinstance(y, (int, float)) and y > 0]
+    return [x for x, _ in kept], [y for _, y in kept]
+
+
+def _longest_per_second(fine: list[dict]) -> tuple[list[float], list[float]]:
+    """The longest transaction that ended in each second, from the 100 ms bins (``t`` is a bin's end).
+
+    >>> _longest_per_second([{"t": 0.1, "max_ms": 2.0}, {"t": 1.0, "max_ms": 9.0}, {"t": 1.1, "max_ms": None}])
+    ([1.0], [9.0])
+    """
+    longest: dict[int, float] = {}
+    for row in fine:
+        if row.get("max_ms"):
+            second = math.ceil(row["t"] - 1e-9)
+            longest[second] = max(longest.get(second, 0.0), row["max_ms"])
+    return [float(second) for second in sorted(longest)], [longest[second] for second in sorted(longest)]
+
+
+def _latency_traces(run: Run) -> list:
+    """Average per second, and from the transaction log the p99 per bin and the maximum per second."""
+    go, _ = _go()
+    seconds = run.per_second
+    x, y = _positive([p["t"] for p in seconds], [p.get("lat_ms") for p in seconds])
+    traces = [go.Scatter(x=x, y=y, name="latency avg", mode="lines+markers", marker_size=5,
+                         line=dict(color=LATENCY_COLORS["avg"], width=2))]
+    if run.fine:
+        width = int(round((run.fine_width_s or 0.1) * 1000))
+        x, y = _positive([b["t"] for b in run.fine], [b.get("p99_ms") for b in run.fine])
+        traces.append(go.Scatter(x=x, y=y, name=f"latency p99 per {width} ms", mode="lines",
+                                 line=dict(color=LATENCY_COLORS["p99"], width=1)))
+        x, y = _longest_per_second(run.fine)
+        traces.append(go.Scatter(x=x, y=y, name="latency max per second", mode="lines+markers",
+                                 marker=dict(size=6, symbol="triangle-up"),
+                                 line=dict(color=LATENCY_COLORS["max"], width=1)))
+    return traces
+
+
+# -- wait events
+
+
+def wait_class(event: str) -> str:
+    """The class of a wait event: the part before its colon ("CPU" and "idle" are their own).
+
+    >>> wait_class("Lock: transactionid"), wait_class("CPU")
+    ('Lock', 'CPU')
+    """
+    return event.split(":", 1)[0].strip()
+
+
+@dataclass
+class WaitSeries:
+    """One area of the wait panel: one event, or the smaller events of a class folded together."""
+
+    name: str
+    color: str
+    events: list[str]
+    folded: bool = False
+
+
+def wait_series(totals: dict[str, float], limit: int = MAX_WAIT_SERIES) -> list[WaitSeries]:
+    """The wait panel's areas: the largest events by name, the others as 'other <class>', at most ``limit``.
+
+    ``totals`` are backends summed over the run per event. The few largest events are named
+    first; each class then gets one area for the rest of its events, the smallest classes sharing
+    'other waits' when there are too many; room left over names more events. The areas of a
+    class are next to each other, in shades of its colour.
+
+    >>> [s.name for s in wait_series({"CPU": 9, "Lock: tuple": 5, "Lock: relation": 1, "Lock: page": 1}, limit=3)]
+    ['CPU', 'Lock: tuple', 'other Lock']
+    """
+    ranked = sorted(totals, key=lambda event: (-totals[event], event))
+    everything = sum(totals.values()) or 1
+    named = {event for event in ranked[:min(NAMED_FIRST, limit - 1)] if totals[event] >= NAMED_SHARE * everything}
+    merged = _merged_classes(ranked, named, totals, limit - len(named))
+    for event in ranked:
+        if wait_class(event) not in merged and _count(ranked, named | {event}, merged) <= limit:
+            named.add(event)
+    groups = _groups(ranked, named, merged)
+    order = sorted(groups, key=lambda group: (group == OTHER_WAITS, -sum(totals[e] for e in groups[group])))
+    return [series for group in order for series in _group_series(group, groups[group], named)]
+
+
+def _merged_classes(ranked: list[str], named: set[str], totals: dict[str, float], room: int) -> set[str]:
+    """The classes whose unnamed events share 'other waits': the smallest, when more than ``room`` are left."""
+    left: dict[str, float] = {}
+    for event in ranked:
+        if event not in named:
+            left[wait_class(event)] = left.get(wait_class(event), 0) + totals[event]
+    if len(left) <= room:
+        return set()
+    return set(sorted(left, key=lambda group: -left[group])[max(room - 1, 0):])
+
+
+def _groups(ranked: list[str], named: set[str], merged: set[str]) -> dict[str, list[str]]:
+    """Events by the group drawn for them: their class, or 'other waits' for the unnamed of a merged class."""
+    groups: dict[str, list[str]] = {}
+    for event in ranked:
+        group = OTHER_WAITS if event not in named and wait_class(event) in merged else wait_class(event)
+        groups.setdefault(group, []).append(event)
+    return groups
+
+
+def _count(ranked: list[str], named: set[str], merged: set[str]) -> int:
+    """How many areas ``named`` events make: one each, and one per group with events left over."""
+    groups = _groups(ranked, named, merged)
+    return sum(len([e for e in events if e in named]) + any(e not in named for e in events)
+               for events in groups.values())
+
+
+def _group_series(group: str, events: list[str], named: set[str]) -> list[WaitSeries]:
+    """The areas of one group: its named events, then one area for the rest, in shades of its colour."""
+    shown = [event for event in events if event in named]
+    rest = [event for event in events if event not in named]
+    if len(rest) == 1 and group != OTHER_WAITS:  # an 'other' of one event is that event
+        shown, rest = shown + rest, []
+    series = [WaitSeries(event, style.wait_color(group, rank), [event]) for rank, event in enumerate(shown)]
+    if rest:
+        name, color = ((OTHER_WAITS, style.OTHER_WAITS_COLOR) if group == OTHER_WAITS
+                       else (f"other {group}", style.wait_color(group, len(shown))))
+        series.append(WaitSeries(name, color, rest, folded=True))
+    return series
+
+
+class WaitCounts:
+    """Backends per wait event and sampling instant, added to as samples come (idle instants count too)."""
+
+    def __init__(self, samples: list[dict] | None = None):
+        self.instants: set[float] = set()
+        self.counts: dict[str, dict[float, int]] = {}
+        self.totals: dict[str, int] = {}
+        self.add(samples or [])
+
+    def add(self, samples: list[dict]) -> None:
+        for row in samples:
+            self.instants.add(row["t"])
+            if row["wait"] != "idle":
+                per_instant = self.counts.setdefault(row["wait"], {})
+                backends = row.get("backends") or 0
+                per_instant[row["t"]] = per_instant.get(row["t"], 0) + backends
+                self.totals[row["wait"]] = self.totals.get(row["wait"], 0) + backends
+
+    def areas(self) -> list[tuple[WaitSeries, list, list, list | None]]:
+        """Each area of the wait panel: its series, times, backends and (when folded) the events in it."""
+        times = sorted(self.instants)
+        drawn = []
+        for series in wait_series(self.totals):
+            per_event = [self.counts[event] for event in series.events]
+            values = [sum(counts.get(t, 0) for counts in per_event) for t in times]
+            texts = [self._folded_text(series, t) for t in times] if series.folded else None
+            drawn.append((series, times, values, texts))
+        return drawn
+
+    def _folded_text(self, series: WaitSeries, t: float) -> str:
+        """Which events an 'other' area holds at ``t``, one a line, for its hover."""
+        return "".join(f"<br>  {event} ({self.counts[event][t]})" for event in series.events
+                       if self.counts[event].get(t))
+
+
+def _wait_hover(series: WaitSeries) -> str:
+    return "%{y} backends%{hovertext}" if series.folded else "%{y} backends"
+
+
+def _wait_traces(samples: list[dict]):
+    """Stacked areas of backends per wait event, at most seven (see :func:`wait_series`)."""
+    go, _ = _go()
+    return [
+        go.Scatter(x=times, y=values, hovertext=texts, hovertemplate=_wait_hover(series), name=series.name,
+                   stackgroup="waits", mode="lines", line=dict(width=0.5, color=series.color),
+                   fillcolor=series.color)
+        for series, times, values, texts in WaitCounts(samples).areas()
+    ]
+
+
+# -- other probes
+
+
+def _probe_columns(name: str, samples: list[dict]) -> list[tuple[str, list, list, str]]:
+    """(trace name, x, y, colour) of each numeric column of a probe's samples."""
+    names = list(dict.fromkeys(c for row in samples for c in row if c != "t"))
+    # a column is drawn when any sample has a number in it (the first may be NULL, e.g. a ratio of 0/0)
+    columns = [c for c in names if any(isinstance(row.get(c), (int, float)) and not isinstance(row.get(c), bool)
+                                       for row in samples)]
+    x = [row["t"] for row in samples]
+    return [(f"{name}: {c}", x, [row.get(c) for row in samples], PROBE_COLORS[index % len(PROBE_COLORS)])
+            for index, c in enumerate(columns)]
+
+
+def _probe_trace(trace_name: str, x, y, color: str):
+    go, _ = _go()
+    return go.Scatter(x=x, y=y, name=trace_name, mode="lines+markers", marker_size=4, line=dict(color=color))
+
+
+def _probe_traces(name: str, samples: list[dict]):
+    return [_probe_trace(*column) for column in _probe_columns(name, samples)]
+
+
+# -- the charts
 
 
 def timeline(run: Run, *, title: str | None = None, probes: list[str] | None = None):
-    """One run over time, with stalls (seconds below 10% of the median TPS) shaded."""
+    """One run over time, stalls (seconds below 10% of the median TPS) shaded, pgbench's planned end marked."""
     go, _ = _go()
     probe_names = [name for name in (probes if probes is not None else run.probes) if run.probes.get(name)]
     rows = _rows(probe_names)
     figure = _frame(rows, title or f"{run.name}: {run.clients} clients, {run.tps or 0:,.0f} tps")
-    seconds = run.per_second
+    color = run_color(run)
     if run.fine:
-        figure.add_trace(go.Scatter(x=[b["t"] for b in run.fine], y=[b["tps"] for b in run.fine],
-                                    name=f"tps per {int(run.fine_width_s * 1000)} ms", mode="lines",
-                                    line=dict(color=FINE_COLOR, width=1)), row=1, col=1)
-    figure.add_trace(go.Scatter(x=[p["t"] for p in seconds], y=[p["tps"] for p in seconds], name="tps per second",
-                                mode="lines+markers", line=dict(color=TPS_COLOR, width=2)), row=1, col=1)
+        width = int(round((run.fine_width_s or 0.1) * 1000))
+        _add(figure, go.Scatter(x=[b["t"] for b in run.fine], y=[b["tps"] for b in run.fine],
+                                name=f"tps per {width} ms", mode="lines",
+                                line=dict(color=style.translucent(color, 0.35), width=1)), 1)
+    _add(figure, _tps_trace([p["t"] for p in run.per_second], [p["tps"] for p in run.per_second], color), 1)
     if run.probes.get(WORK):
-        figure.add_trace(_goodput_trace(run.probes[WORK]), row=1, col=1)
-    figure.add_trace(go.Scatter(x=[p["t"] for p in seconds], y=[p["lat_ms"] for p in seconds], name="latency avg",
-                                mode="lines+markers", line=dict(color=LATENCY_COLOR)), row=2, col=1)
-    if run.fine:
-        figure.add_trace(go.Scatter(x=[b["t"] for b in run.fine], y=[b["max_ms"] for b in run.fine],
-                                    name="latency max per bin", mode="lines",
-                                    line=dict(color="rgba(255,127,14,0.35)", width=1)), row=2, col=1)
+        _add(figure, _goodput_trace(run.probes[WORK], color), 1)
+    if run.stalls:
+        _add(figure, _stall_key(True), 1)
+    for trace in _latency_traces(run):
+        _add(figure, trace, 2)
     for index, row in enumerate(rows[2:], start=3):
         traces = _wait_traces(run.probes[row]) if row == "waits" else _probe_traces(row, run.probes[row])
         for trace in traces:
-            figure.add_trace(trace, row=index, col=1)
-    figure.update_layout(shapes=_stall_shapes(run.stalls, len(rows)))
+            _add(figure, trace, index)
+    figure.update_layout(shapes=_stall_shapes(run.stalls) + _planned_end_shapes(run.duration_s))
+    if run.duration_s:
+        figure.add_annotation(_planned_end_label(run.duration_s, run.overrun_s))
     return figure
 
 
 class LiveChart:
-    """A FigureWidget that grows one point per progress line, stalls shaded as they happen."""
+    """A FigureWidget that grows while the run happens, stalls shaded as they happen.
 
-    def __init__(self, title: str, probe_names: list[str]):
+    The first progress line is drawn as soon as it arrives; after that, redraws are at most every
+    half second (progress) or every second (probe samples alone). ``name`` gives the chart its
+    run's colour; ``planned_s`` (pgbench's ``-T``) marks the planned end.
+    """
+
+    def __init__(self, title: str, probe_names: list[str], *, name: str | None = None,
+                 planned_s: float | None = None):
         go, _ = _go()
         self.rows = _rows(probe_names)
         self.figure = _frame(self.rows, title, widget=True)
-        self.figure.add_trace(go.Scatter(x=[], y=[], name="tps per second", mode="lines+markers",
-                                         line=dict(color=TPS_COLOR, width=2)), row=1, col=1)
-        self.figure.add_trace(go.Scatter(x=[], y=[], name="latency avg", mode="lines+markers",
-                                         line=dict(color=LATENCY_COLOR)), row=2, col=1)
+        color = style.color(name) if name else LIVE_COLOR
+        _add(self.figure, _tps_trace([], [], color), 1)
+        _add(self.figure, go.Scatter(x=[], y=[], name="latency avg", mode="lines+markers", marker_size=5,
+                                     line=dict(color=LATENCY_COLORS["avg"], width=2)), 2)
         if WORK in probe_names:
-            self.figure.add_trace(_goodput_trace([]), row=1, col=1)
+            _add(self.figure, _goodput_trace([], color), 1)
+        _add(self.figure, _stall_key(False), 1)
+        self._stall_key = self.figure.data[-1]
+        self._wait_slots = self._add_wait_slots() if "waits" in self.rows else []
+        self._waits, self._waits_counted = WaitCounts(), 0
+        self._planned = _planned_end_shapes(planned_s)
+        if planned_s:
+            self.figure.layout.shapes = self._planned
+            self.figure.add_annotation(_planned_end_label(planned_s))
         self.points: list[tuple[float, float]] = []
         self.latencies: list[float | None] = []
         self.probe_samples: dict[str, list[dict]] = {name: [] for name in probe_names}
         self.title = title
         self._dirty: set[str] = set()
-        self._drawn_at = 0.0
-        self.received = 0  # progress lines drawn; the chart's title shows it (a browser test reads it)
+        self._progress_waiting = False
+        self._progress_shown = False
+        self._drawn_at: float | None = None
+        self.received = 0  # progress lines received; the chart's title shows it (a browser test reads it)
+
+    def _add_wait_slots(self) -> list:
+        """Empty areas for the wait panel, filled by each redraw (cheaper than adding traces then)."""
+        go, _ = _go()
+        row_index = self.rows.index("waits") + 1
+        for _ in range(MAX_WAIT_SERIES):
+            _add(self.figure, go.Scatter(x=[], y=[], name="", stackgroup="waits", mode="lines", showlegend=False,
+                                         line=dict(width=0.5)), row_index)
+        return list(self.figure.data[-MAX_WAIT_SERIES:])
 
     def add_progress(self, point: Progress) -> None:
-        """One progress line (one per second): the chart is redrawn with it and the samples since."""
+        """One progress line (one per second): the first is drawn at once, later ones with the samples since."""
         self.points.append((point.t, point.tps))
         self.latencies.append(point.lat_ms)
         self.received += 1
-        self._draw()
+        self._progress_waiting = True
+        if not self._progress_shown or self._due(PROGRESS_REDRAW_S):
+            self._draw()
 
     def add_samples(self, fresh: dict[str, list[dict]]) -> None:
         """Probe samples; drawn with the next progress line (or within a second if none comes)."""
@@ -188,88 +472,154 @@ class LiveChart:
             if name in self.probe_samples:
                 self.probe_samples[name].extend(rows)
                 self._dirty.add(name)
-        if self._dirty and time.monotonic() - self._drawn_at >= 1.0:
+        if self._progress_waiting and self._due(PROGRESS_REDRAW_S):
+            self._draw()
+        elif self._dirty and self._due(SAMPLES_REDRAW_S):
             self._draw()
 
+    def _due(self, seconds: float) -> bool:
+        return self._drawn_at is None or monotonic() - self._drawn_at >= seconds
+
     def _draw(self) -> None:
-        # One batched update per second at most: each update is a redraw in the browser, and a
-        # browser that redraws several times a second on a busy laptop falls behind.
+        # One batched update: each update is a redraw in the browser.
         with self.figure.batch_update():
             if self.points:
-                self.figure.layout.title.text = f"{self.title} · {self.received} s so far"
-                tps, latency = self.figure.data[0], self.figure.data[1]
-                tps.x, tps.y = [t for t, _ in self.points], [v for _, v in self.points]
-                latency.x, latency.y = tps.x, self.latencies
-                stalls = [{"start": s.start, "end": s.end} for s in find_stalls(self.points)]
-                self.figure.layout.shapes = _stall_shapes(stalls, len(self.rows))
+                self._draw_progress()
             for name in sorted(self._dirty):
-                samples = self.probe_samples[name]
-                if name == WORK:
-                    goodput = next(t for t in self.figure.data if t.name == GOODPUT_NAME)
-                    rates = work_rates(samples)
-                    goodput.x, goodput.y = [t for t, _ in rates], [r for _, r in rates]
-                    continue
-                if name not in self.rows:
-                    continue
-                row_index = self.rows.index(name) + 1
-                traces = _wait_traces(samples) if name == "waits" else _probe_traces(name, samples)
-                existing = {trace.name: trace for trace in self.figure.data}
-                for trace in traces:
-                    if trace.name in existing:
-                        existing[trace.name].x, existing[trace.name].y = trace.x, trace.y
-                    else:
-                        self.figure.add_trace(trace, row=row_index, col=1)
+                self._draw_probe(name, self.probe_samples[name])
         self._dirty.clear()
-        self._drawn_at = time.monotonic()
+        self._progress_waiting = False
+        self._drawn_at = monotonic()
+
+    def _draw_progress(self) -> None:
+        self.figure.layout.title.text = f"{self.title} · {self.received} s so far"
+        times = [t for t, _ in self.points]
+        tps, latency = self.figure.data[0], self.figure.data[1]
+        tps.x, tps.y = times, [value for _, value in self.points]
+        latency.x, latency.y = _positive(times, self.latencies)
+        stalls = [{"start": s.start, "end": s.end} for s in find_stalls(self.points)]
+        self.figure.layout.shapes = _stall_shapes(stalls) + self._planned
+        self._stall_key.showlegend = bool(stalls)
+        self._progress_shown = True
+
+    def _draw_waits(self, samples: list[dict]) -> None:
+        """The wait areas, counted from the samples not counted yet, into the fixed slots."""
+        self._waits.add(samples[self._waits_counted:])
+        self._waits_counted = len(samples)
+        for slot, drawn in zip_longest(self._wait_slots, self._waits.areas()):
+            if drawn is None:
+                if slot.name:  # an area of an earlier redraw, now gone
+                    slot.update(x=[], y=[], hovertext=None, name="", showlegend=False)
+                continue
+            series, times, values, texts = drawn
+            # plain lists: the widget's front end applies them (numpy arrays travel as binary buffers)
+            slot.update(x=list(times), y=list(values), hovertext=texts, hovertemplate=_wait_hover(series),
+                        name=series.name, showlegend=True, line_color=series.color, fillcolor=series.color)
+
+    def _draw_probe(self, name: str, samples: list[dict]) -> None:
+        if name == WORK:
+            goodput = next(t for t in self.figure.data if t.name == GOODPUT_NAME)
+            rates = work_rates(samples)
+            goodput.x, goodput.y = [t for t, _ in rates], [r for _, r in rates]
+        elif name == "waits":
+            self._draw_waits(samples)
+        elif name in self.rows:
+            existing = {trace.name: trace for trace in self.figure.data}
+            for trace_name, x, y, color in _probe_columns(name, samples):
+                if trace_name in existing:
+                    existing[trace_name].x, existing[trace_name].y = x, y
+                else:
+                    _add(self.figure, _probe_trace(trace_name, x, y, color), self.rows.index(name) + 1)
 
 
 def compare(runs: list[Run], *, metric: str = "tps", title: str | None = None):
-    """Several runs: their per-second TPS over time (left) and one bar each (right).
+    """Several runs, each in its colour: tps per second over time (top) and one bar each (below).
 
-    ``metric`` is ``tps`` or the name of an ``extra`` figure (e.g. ``goodput``), drawn beside tps.
+    ``metric`` is ``tps`` or the name of an ``extra`` figure (e.g. ``goodput``), drawn as hatched
+    bars beside tps; goodput is also drawn dashed over time for runs that sampled their work.
     """
     go, make_subplots = _go()
-    figure = make_subplots(rows=1, cols=2, column_widths=[0.62, 0.38],
-                           subplot_titles=["tps per second", "per run"])
+    beside = metric != "tps"
+    heights = [300, 50 + 28 * len(runs) * (2 if beside else 1)]
+    gap = GAP_PIXELS + 30  # the top panel's axis title, then the bars' panel title
+    figure = make_subplots(rows=2, cols=1, row_heights=heights, vertical_spacing=gap / (sum(heights) + gap),
+                           subplot_titles=["tps per second", "per run" + (f": tps and {metric}" if beside else "")])
+    style.apply(figure)
     for run in runs:
+        color = run_color(run)
         figure.add_trace(go.Scatter(x=[p["t"] for p in run.per_second], y=[p["tps"] for p in run.per_second],
-                                    name=run.label, mode="lines"), row=1, col=1)
-    labels = [run.label for run in runs]
-    figure.add_trace(go.Bar(x=labels, y=[run.tps for run in runs], name="tps (pgbench)",
-                            marker_color=TPS_COLOR), row=1, col=2)
-    if metric != "tps":
-        figure.add_trace(go.Bar(x=labels, y=[run.extra.get(metric) for run in runs], name=metric,
-                                marker_color="#2ca02c"), row=1, col=2)
-    figure.update_layout(title=title or "runs compared", template="plotly_white", height=420, barmode="group",
-                         legend=dict(orientation="h", y=-0.2))
+                                    name=run.label, mode="lines", legendgroup=run.label,
+                                    line=dict(color=color, width=2, dash=style.TPS_DASH)), row=1, col=1)
+        if metric == "goodput" and run.probes.get(WORK):
+            goodput = _goodput_trace(run.probes[WORK], color).update(name=f"{run.label}: goodput",
+                                                                     legendgroup=run.label, mode="lines")
+            figure.add_trace(goodput, row=1, col=1)
+    for trace in _bars(runs, metric):
+        figure.add_trace(trace, row=2, col=1)
+    figure.update_layout(
+        title=title or "runs compared", height=sum(heights) + gap + TOP_PIXELS + BOTTOM_PIXELS, barmode="group",
+        margin=dict(t=TOP_PIXELS, b=BOTTOM_PIXELS, r=LEGEND_PIXELS), **_bar_legends(figure),
+    )
     figure.update_xaxes(title_text="seconds", row=1, col=1)
+    figure.update_yaxes(title_text="tps", rangemode="tozero", row=1, col=1)
+    figure.update_yaxes(autorange="reversed", row=2, col=1)  # the first run on top
+    values = [run.tps for run in runs] + ([run.extra.get(metric) for run in runs] if beside else [])
+    largest = max((value for value in values if isinstance(value, (int, float))), default=0)
+    # room right of the longest bar for its figure
+    figure.update_xaxes(title_text="per second", range=[0, largest * 1.18 or 1], row=2, col=1)
     return figure
+
+
+def _bars(runs: list[Run], metric: str) -> list:
+    """Horizontal bars (their labels stay readable): tps solid, ``metric`` hatched, each run in its colour."""
+    go, _ = _go()
+    labels = [run.label for run in runs]
+    colors = [run_color(run) for run in runs]
+    common = dict(y=labels, orientation="h", textposition="outside", cliponaxis=False, legend="legend2")
+    bars = [go.Bar(x=[run.tps for run in runs], name="tps (pgbench)", marker=dict(color=colors),
+                   texttemplate="%{x:,.0f}", **common)]
+    if metric != "tps":
+        values = [run.extra.get(metric) for run in runs]
+        bars.append(go.Bar(x=values, name=metric, texttemplate="%{x:,.4~g}" if metric != "goodput" else "%{x:,.0f}",
+                           marker=dict(color="white", line=dict(color=colors, width=1.5),
+                                       pattern=dict(shape="/", fgcolor=colors, solidity=0.45)), **common))
+    return bars
+
+
+def _bar_legends(figure) -> dict:
+    return {
+        "legend": dict(x=1.01, xanchor="left", y=figure.layout.yaxis.domain[1], yanchor="top"),
+        "legend2": dict(x=1.01, xanchor="left", y=figure.layout.yaxis2.domain[1], yanchor="top"),
+    }
 
 
 def sweep(runs: list[Run], *, title: str | None = None):
     """Throughput against clients, one colour per method: pgbench's tps (solid) and goodput (dashed).
 
     A method is ``run.extra["method"]`` (what :meth:`labkit.lab.Lab.sweep` records) or the run's name;
-    of several runs with the same method and clients, the newest counts.
+    of several runs with the same method and clients, the newest counts. The x axis is logarithmic,
+    with a tick at each number of clients measured.
     """
     go, _ = _go()
-    palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
     points: dict[str, dict[int, Run]] = {}
     for run in sorted(runs, key=lambda r: r.started_at):
         points.setdefault(run.extra.get("method", run.name), {})[run.clients] = run
-    figure = go.Figure()
-    for index, (method, by_clients) in enumerate(points.items()):
-        color = palette[index % len(palette)]
+    figure = style.apply(go.Figure())
+    for method, by_clients in points.items():
+        color = style.color(method)
         clients = sorted(by_clients)
         figure.add_trace(go.Scatter(x=clients, y=[by_clients[c].tps for c in clients], name=f"{method}: tps",
-                                    mode="lines+markers", line=dict(color=color), legendgroup=method))
+                                    mode="lines+markers", legendgroup=method,
+                                    line=dict(color=color, width=2, dash=style.TPS_DASH)))
         if any("goodput" in by_clients[c].extra for c in clients):
             figure.add_trace(go.Scatter(x=clients, y=[by_clients[c].extra.get("goodput") for c in clients],
                                         name=f"{method}: goodput", mode="lines+markers", legendgroup=method,
-                                        line=dict(color=color, dash="dash"), marker_symbol="diamond"))
-    figure.update_layout(title=title or "throughput by number of clients", template="plotly_white", height=450,
-                         legend=dict(orientation="h", y=-0.2), hovermode="x unified")
-    figure.update_xaxes(type="log", title_text="clients (log scale)")
+                                        line=dict(color=color, width=2, dash=style.GOODPUT_DASH),
+                                        marker_symbol="diamond"))
+    measured = sorted({clients for by_clients in points.values() for clients in by_clients})
+    figure.update_layout(title=title or "throughput by number of clients", height=460, hovermode="x unified")
+    figure.update_xaxes(type="log", title_text="clients (log scale)", tickmode="array", tickvals=measured,
+                        ticktext=[str(clients) for clients in measured], minor=dict(showgrid=False))
     figure.update_yaxes(title_text="per second", rangemode="tozero")
     return figure
 
@@ -283,17 +633,19 @@ def logs_beside(logs, runs: list[Run], *, by: list[str], title: str | None = Non
     go, make_subplots = _go()
     figure = make_subplots(rows=1, cols=2, subplot_titles=["the article (its machine and version)",
                                                            "this run (this machine)"])
+    style.apply(figure)
     for key, group in logs.groupby(by, sort=False):
         values = key if isinstance(key, tuple) else (key,)
         label = ", ".join(f"{column} {value}" for column, value in zip(by, values))
         figure.add_trace(go.Scatter(x=group["t"], y=group["tps"], name=label, mode="lines+markers",
-                                    marker_size=4, legendgroup="article"), row=1, col=1)
+                                    marker_size=4, legendgroup="article", legendgrouptitle_text="the article",
+                                    line=dict(color=style.color(label))), row=1, col=1)
     for run in runs:
         figure.add_trace(go.Scatter(x=[p["t"] for p in run.per_second], y=[p["tps"] for p in run.per_second],
                                     name=run.label, mode="lines+markers", marker_size=4, legendgroup="here",
-                                    line=dict(dash="dot")), row=1, col=2)
-    figure.update_layout(title=title or "per-second throughput: the article beside this run",
-                         template="plotly_white", height=460, legend=dict(orientation="h", y=-0.22))
+                                    legendgrouptitle_text="this machine",
+                                    line=dict(color=run_color(run), dash=style.TPS_DASH)), row=1, col=2)
+    figure.update_layout(title=title or "per-second throughput: the article beside this run", height=480)
     figure.update_xaxes(title_text="seconds")
     figure.update_yaxes(title_text="tps", rangemode="tozero", row=1, col=1)
     return figure

@@ -29,7 +29,7 @@ class LiveView:
         from .charts import LiveChart
 
         self.name = name
-        self.chart = LiveChart(f"{name}: {clients} clients, live", probe_names)
+        self.chart = LiveChart(f"{name}: {clients} clients, live", probe_names, name=name, planned_s=planned_s)
         self.handle = display(self.chart.figure, display_id=True)
 
     def progress(self, point, line: str) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import psutil
 
+from . import style
 from .errors import UsageError
 
 
@@ -288,6 +289,7 @@ def share(run, symbol: str) -> float | None:
     return next((row["self"] for row in figures["symbols"] if row["symbol"] == symbol), 0.0)
 
 
+@style.styled
 def icicle(run, *, depth: int = 14, title: str | None = None):
     """An icicle (a flame graph drawn top-down) of a profiled run's call chains; self time as bars without them."""
     import plotly.graph_objects as go

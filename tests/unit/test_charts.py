@@ -1,0 +1,239 @@
+"""Charts: stalls shaded, waits grouped by class, latency on a log axis, colours that keep their meaning."""
+
+import pytest
+
+from labkit import charts, style
+from labkit.pgbench import Progress
+from tests.unit.sample_runs import make_run
+
+CLASSES = ("Lock", "LWLock", "IO", "IPC")
+
+
+def twenty_waits() -> list[dict]:
+    """Samples of 20 distinct wait events (CPU and 19 in four classes), event i with i + 1 backends."""
+    events = ["CPU"] + [f"{CLASSES[i % 4]}: event{i}" for i in range(19)]
+    return [{"t": t / 4, "wait": event, "backends": index + 1}
+            for t in range(8) for index, event in enumerate(events)]
+
+
+class Clock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(charts, "monotonic", clock)
+    return clock
+
+
+def stacked(figure):
+    return [trace for trace in figure.data if trace.stackgroup == "waits" and trace.showlegend is not False]
+
+
+def test_timeline_shades_stalls_and_stacks_waits():
+    figure = charts.timeline(make_run())
+    assert len(figure.layout.shapes) == 1
+    assert figure.layout.shapes[0].x0 == 1.0 and figure.layout.shapes[0].x1 == 2.0
+    assert {trace.name for trace in stacked(figure)} == {"CPU", "Lock: tuple"}
+    key = next(trace for trace in figure.data if trace.name == charts.STALL_NAME)
+    assert key.marker.color == charts.STALL_COLOR and key.showlegend
+
+
+def test_twenty_wait_events_fold_into_seven_series_named_in_the_hover():
+    run = make_run()
+    run.probes["waits"] = twenty_waits()
+    areas = stacked(charts.timeline(run))
+    assert 1 < len(areas) <= charts.MAX_WAIT_SERIES
+    assert areas[0].name == "IO: event18"  # the largest class (IO) at the bottom, its largest event first
+    assert {"LWLock: event17", "Lock: event16"} <= {area.name for area in areas}
+    folded = [area for area in areas if area.name.startswith("other ")]
+    assert {area.name for area in folded} == {"other IO", "other LWLock", charts.OTHER_WAITS}
+    hover = " ".join(text for area in folded for text in area.hovertext)
+    assert "Lock: event0 (2)" in hover and "IO: event2 (4)" in hover
+    named = {area.name for area in areas}
+    assert all(event in named or f"{event} (" in hover for event in {row["wait"] for row in twenty_waits()})
+    colors = {area.name: area.line.color for area in areas}
+    assert colors["Lock: event16"] == style.wait_color("Lock") and colors["other IO"] == style.wait_color("IO", 1)
+    assert len(set(colors.values())) == len(colors)
+
+
+def test_more_classes_than_series_share_one_other_area():
+    totals = {f"Class{i}: event": 10 - i for i in range(9)}
+    series = charts.wait_series(totals)
+    assert len(series) == charts.MAX_WAIT_SERIES and series[-1].name == charts.OTHER_WAITS
+    assert series[-1].events == ["Class6: event", "Class7: event", "Class8: event"]
+
+
+def test_latency_is_on_a_log_axis_without_zeros_or_gaps():
+    run = make_run()
+    run.fine, run.fine_width_s = [{"t": 0.1, "tps": 10.0, "p99_ms": 0.9, "max_ms": 1.2},
+                                  {"t": 1.0, "tps": 0.0, "p99_ms": None, "max_ms": None},
+                                  {"t": 2.9, "tps": 10.0, "p99_ms": 2.0, "max_ms": 54_000.0}], 0.1
+    figure = charts.timeline(run)
+    assert figure.layout.yaxis2.type == "log"
+    traces = {trace.name: trace for trace in figure.data}
+    assert list(traces["latency avg"].y) == [1.0, 1.1] and traces["latency avg"].yaxis == "y2"
+    assert list(traces["latency max per second"].x) == [1.0, 3.0]
+    assert list(traces["latency max per second"].y) == [1.2, 54_000.0]
+    assert list(traces["latency p99 per 100 ms"].y) == [0.9, 2.0]
+
+
+def test_the_planned_end_is_marked_when_the_run_had_one():
+    run = make_run()
+    assert not [shape for shape in charts.timeline(run).layout.shapes if shape.name == "planned end"]
+    run.duration_s, run.overrun_s = 2.5, 1.5
+    figure = charts.timeline(run)
+    line = next(shape for shape in figure.layout.shapes if shape.name == "planned end")
+    assert line.x0 == line.x1 == 2.5 and line.type == "line"
+    label = next(note for note in figure.layout.annotations if note.name == "planned end")
+    assert "-T 2.5 s" in label.text and "1.5 s over" in label.text
+
+
+def test_timeline_draws_goodput_from_the_work_probe():
+    run = make_run()
+    run.probes["work"] = [{"t": 0.0, "work": 0}, {"t": 1.0, "work": 40}, {"t": 2.0, "work": 100}]
+    figure = charts.timeline(run)
+    goodput = next(trace for trace in figure.data if trace.name.startswith("goodput"))
+    assert list(goodput.x) == [1.0, 2.0] and list(goodput.y) == [40.0, 60.0]
+    assert goodput.yaxis == "y"  # drawn over tps, not in a probe row of its own
+    assert "probe: work" not in [a.text for a in figure.layout.annotations]
+    tps = next(trace for trace in figure.data if trace.name == charts.TPS_NAME)
+    assert goodput.line.color == tps.line.color == style.color("plain")
+    assert goodput.line.dash == "dash" and tps.line.dash == "solid"
+
+
+def test_each_panel_has_its_legend_beside_it():
+    run = make_run()
+    run.probes["pending"] = [{"t": 0.5, "pages": 3}]
+    figure = charts.timeline(run)
+    legends = {trace.name: trace.legend for trace in figure.data}
+    assert legends[charts.TPS_NAME] == "legend" and legends["latency avg"] == "legend2"
+    assert legends["Lock: tuple"] == "legend3" and legends["pending: pages"] == "legend4"
+    assert figure.layout.legend4.y == figure.layout.yaxis4.domain[1]
+    assert figure.layout.height >= 900
+
+
+def test_live_chart_draws_its_first_point_at_once_then_at_most_twice_a_second(clock):
+    chart = charts.LiveChart("demo", ["waits"])
+    chart.add_samples({"waits": [{"t": 0.25, "wait": "CPU", "backends": 1}]})  # drawn: nothing was yet
+    clock.now += 0.1
+    chart.add_progress(Progress(t=1, tps=100.0, lat_ms=1.0, stddev_ms=0.1))  # the first point: at once
+    assert list(chart.figure.data[0].y) == [100.0] and chart.figure.layout.title.text == "demo · 1 s so far"
+    for t, tps in [(2, 110.0), (3, 2.0), (4, 105.0)]:  # a burst (a loaded machine): drawn later, together
+        chart.add_progress(Progress(t=t, tps=tps, lat_ms=1.0, stddev_ms=0.1))
+    chart.add_samples({"waits": [{"t": 1.25, "wait": "Lock: transactionid", "backends": 5}]})
+    assert list(chart.figure.data[0].y) == [100.0]
+    assert "Lock: transactionid" not in {trace.name for trace in chart.figure.data}
+    clock.now += 0.5
+    chart.add_samples({})  # the runner's loop, 0.2 s later at most
+    assert list(chart.figure.data[0].y) == [100.0, 110.0, 2.0, 105.0]
+    assert len(chart.figure.layout.shapes) == 1
+    assert "Lock: transactionid" in {trace.name for trace in stacked(chart.figure)}
+    assert chart.received == 4 and chart.figure.layout.title.text == "demo · 4 s so far"
+    key = next(trace for trace in chart.figure.data if trace.name == charts.STALL_NAME)
+    assert key.showlegend
+
+
+def test_live_chart_samples_alone_redraw_once_a_second(clock):
+    chart = charts.LiveChart("demo", ["waits"])
+    chart.add_progress(Progress(t=1, tps=100.0, lat_ms=None, stddev_ms=None))
+    assert list(chart.figure.data[1].y) == []  # no latency yet: a log axis cannot draw it
+    clock.now += 0.6
+    chart.add_samples({"waits": [{"t": 1.0, "wait": "CPU", "backends": 2}]})
+    assert not stacked(chart.figure)
+    clock.now += 0.5
+    chart.add_samples({})
+    assert [trace.name for trace in stacked(chart.figure)] == ["CPU"]
+
+
+def test_live_chart_folds_waits_like_the_timeline(clock):
+    chart = charts.LiveChart("demo", ["waits"], name="live-folding", planned_s=3)
+    chart.add_samples({"waits": twenty_waits()})
+    chart.add_progress(Progress(t=1, tps=100.0, lat_ms=1.0, stddev_ms=0.1))
+    run = make_run()
+    run.probes["waits"] = twenty_waits()
+    assert [trace.name for trace in stacked(chart.figure)] == [trace.name for trace in stacked(charts.timeline(run))]
+    assert any(shape.name == "planned end" for shape in chart.figure.layout.shapes)
+    assert chart.figure.data[0].line.color == style.color("live-folding")
+    assert chart.figure.layout.yaxis2.type == "log"
+
+
+def test_live_chart_draws_goodput():
+    live = charts.LiveChart("live", ["waits", "work"])
+    live.add_samples({"work": [{"t": 0.0, "work": 10}, {"t": 1.0, "work": 30}]})
+    live.add_samples({"work": [{"t": 2.0, "work": 60}]})
+    live.add_progress(Progress(t=2, tps=50.0, lat_ms=1.0, stddev_ms=0.1))
+    goodput = next(trace for trace in live.figure.data if trace.name.startswith("goodput"))
+    assert list(goodput.y) == [20.0, 30.0]
+    assert goodput.line.dash == "dash" and goodput.line.color == live.figure.data[0].line.color
+
+
+def sweep_runs(method="plain"):
+    runs = []
+    for clients, tps, started in ((8, 100.0, "10:00"), (32, 80.0, "10:01"), (8, 120.0, "10:02"), (100, 50.0, "10:03")):
+        run = make_run(name=f"sweep-{method}", started=f"2026-11-21T{started}:00+00:00", tps=tps)
+        run.clients, run.extra = clients, {"method": method, "goodput": tps / 2}
+        runs.append(run)
+    return runs
+
+
+def test_sweep_chart_one_colour_per_method_newest_wins():
+    figure = charts.sweep(sweep_runs())
+    tps, goodput = figure.data
+    assert tps.name == "plain: tps" and list(tps.x) == [8, 32, 100] and list(tps.y) == [120.0, 80.0, 50.0]
+    assert goodput.name == "plain: goodput" and list(goodput.y) == [60.0, 40.0, 25.0]
+    assert tps.line.color == goodput.line.color and goodput.line.dash == "dash"
+
+
+def test_sweep_ticks_are_the_client_counts_measured():
+    runs = sweep_runs() + [make_run(name="sweep-other", started="2026-11-21T11:00:00+00:00")]
+    runs[-1].clients, runs[-1].extra = 2, {"method": "other"}
+    axis = charts.sweep(runs).layout.xaxis
+    assert axis.type == "log"
+    assert list(axis.tickvals) == [2, 8, 32, 100] and list(axis.ticktext) == ["2", "8", "32", "100"]
+
+
+def test_a_run_keeps_its_colour_from_chart_to_chart():
+    plain, advisory = make_run("plain"), make_run("advisory", tps=300.0)
+    compared = charts.compare([advisory, plain], metric="goodput")
+    swept = charts.sweep(sweep_runs("plain") + sweep_runs("advisory"))
+    colors = {trace.name: trace.line.color for trace in compared.data if trace.type == "scatter"}
+    swept_colors = {trace.name: trace.line.color for trace in swept.data}
+    assert colors[plain.label] == swept_colors["plain: tps"] == swept_colors["plain: goodput"] == style.color("plain")
+    assert colors[advisory.label] == swept_colors["advisory: tps"] != colors[plain.label]
+    tps = next(trace for trace in charts.timeline(plain).data if trace.name == charts.TPS_NAME)
+    assert tps.line.color == style.color("plain")
+
+
+def test_compare_bars_are_horizontal_with_goodput_beside_tps():
+    plain, advisory = make_run("plain"), make_run("advisory", tps=300.0)
+    advisory.probes["work"] = [{"t": 0.0, "work": 0}, {"t": 1.0, "work": 40}]
+    figure = charts.compare([plain, advisory], metric="goodput")
+    tps, goodput = [trace for trace in figure.data if trace.type == "bar"]
+    assert tps.orientation == goodput.orientation == "h" and list(tps.y) == [plain.label, advisory.label]
+    assert list(tps.x) == [100.0, 300.0] and list(goodput.x) == [42.0, 42.0]
+    assert list(goodput.marker.pattern.fgcolor) == list(tps.marker.color) == [style.color("plain"),
+                                                                              style.color("advisory")]
+    line = next(trace for trace in figure.data if trace.name == f"{advisory.label}: goodput")
+    assert line.line.dash == "dash" and line.line.color == style.color("advisory")
+    assert figure.layout.yaxis2.autorange == "reversed"
+
+
+def test_every_figure_has_the_labkit_style():
+    import pandas as pd
+    import plotly.graph_objects as go
+
+    logs = pd.DataFrame({"t": [1, 2], "tps": [10.0, 0.0], "release": ["9.4", "9.4"]})
+    figures = [charts.timeline(make_run()), charts.LiveChart("live", []).figure, charts.sweep(sweep_runs()),
+               charts.compare([make_run()]), charts.logs_beside(logs, [make_run()], by=["release"])]
+    for figure in figures:
+        assert figure.layout.template.layout.colorway == style.template().layout.colorway
+    icicle = style.styled(lambda: go.Figure().update_layout(template="plotly_white"))()
+    assert icicle.layout.template.layout.font.family == style.FONT
