@@ -3,7 +3,7 @@
 - :func:`timeline` — one run over time: TPS per second (and per 100 ms) with goodput, latency on
   a log axis, the wait events of the server's backends grouped by class, and any other probe;
   stalls shaded and pgbench's planned end (``-T``) marked.
-- :class:`LiveChart` — the same picture, filled while the run happens (a FigureWidget).
+- :class:`LiveChart` — the same picture, redrawn while the run happens.
 - :func:`compare` — several runs: tps over time and one bar each; :func:`sweep` — throughput
   against clients; :func:`logs_beside` — an article's progress logs beside this machine's runs.
 
@@ -39,9 +39,9 @@ PROBE_PIXELS = 160
 GAP_PIXELS = 55  # room for each panel's title
 TOP_PIXELS, BOTTOM_PIXELS, LEGEND_PIXELS = 90, 60, 240
 
-# A redraw is a message the browser must render: progress (one line a second) is drawn at most
-# every half second, probe samples alone at most once a second.
-PROGRESS_REDRAW_S = 0.5
+# A redraw is a whole figure the browser must draw again (a tenth of a second on a laptop, more on
+# a busy one): at most one a second, progress and the samples since together.
+PROGRESS_REDRAW_S = 1.0
 SAMPLES_REDRAW_S = 1.0
 
 
@@ -76,7 +76,7 @@ def _legend_of(row_index: int) -> str:
     return "legend" if row_index == 1 else f"legend{row_index}"
 
 
-def _frame(rows: list[str], title: str, widget: bool = False):
+def _frame(rows: list[str], title: str):
     """Panels one above the other on one time axis, each with its legend beside it."""
     go, make_subplots = _go()
     heights = [ROW_PIXELS.get(row, PROBE_PIXELS) for row in rows]
@@ -96,8 +96,6 @@ def _frame(rows: list[str], title: str, widget: bool = False):
     figure.update_yaxes(title_text="ms", type="log", tickformat=",~g", row=2, col=1)
     if "waits" in rows:
         figure.update_yaxes(title_text="backends", rangemode="tozero", row=rows.index("waits") + 1, col=1)
-    if widget:
-        figure = go.FigureWidget(figure)
     return figure
 
 
@@ -412,18 +410,20 @@ def timeline(run: Run, *, title: str | None = None, probes: list[str] | None = N
 
 
 class LiveChart:
-    """A FigureWidget that grows while the run happens, stalls shaded as they happen.
+    """A figure that grows while the run happens, stalls shaded as they happen.
 
     The first progress line is drawn as soon as it arrives; after that, redraws are at most every
-    half second (progress) or every second (probe samples alone). ``name`` gives the chart its
-    run's colour; ``planned_s`` (pgbench's ``-T``) marks the planned end.
+    second. Each redraw hands the figure to
+    ``publish`` (the notebook's live view shows it). ``name`` gives the chart its run's colour;
+    ``planned_s`` (pgbench's ``-T``) marks the planned end.
     """
 
     def __init__(self, title: str, probe_names: list[str], *, name: str | None = None,
-                 planned_s: float | None = None):
+                 planned_s: float | None = None, publish=None):
         go, _ = _go()
+        self.publish = publish
         self.rows = _rows(probe_names)
-        self.figure = _frame(self.rows, title, widget=True)
+        self.figure = _frame(self.rows, title)
         color = style.color(name) if name else LIVE_COLOR
         _add(self.figure, _tps_trace([], [], color), 1)
         _add(self.figure, go.Scatter(x=[], y=[], name="latency avg", mode="lines+markers", marker_size=5,
@@ -490,6 +490,8 @@ class LiveChart:
         self._dirty.clear()
         self._progress_waiting = False
         self._drawn_at = monotonic()
+        if self.publish is not None:
+            self.publish(self.figure)
 
     def _draw_progress(self) -> None:
         self.figure.layout.title.text = f"{self.title} · {self.received} s so far"
@@ -512,7 +514,6 @@ class LiveChart:
                     slot.update(x=[], y=[], hovertext=None, name="", showlegend=False)
                 continue
             series, times, values, texts = drawn
-            # plain lists: the widget's front end applies them (numpy arrays travel as binary buffers)
             slot.update(x=list(times), y=list(values), hovertext=texts, hovertemplate=_wait_hover(series),
                         name=series.name, showlegend=True, line_color=series.color, fillcolor=series.color)
 

@@ -21,16 +21,33 @@ def in_notebook() -> bool:
 
 
 class LiveView:
-    """The live chart of one run, replaced by the final timeline when the run ends."""
+    """The live chart of one run, replaced by the final timeline when the run ends.
+
+    Each redraw is a new plotly figure in an :class:`ipywidgets.Output`, drawn by JupyterLab's
+    plotly renderer: the page loads plotly.js once, and a redraw sends only the figure. (A
+    plotly ``FigureWidget`` would send its 5 MB of JavaScript with every chart, and a browser
+    sharing a busy laptop's cores with the run evaluates it seconds late.)
+    """
 
     def __init__(self, name: str, clients: int, probe_names: list[str], *, planned_s: float | None = None):
+        import ipywidgets
         from IPython.display import display
 
         from .charts import LiveChart
 
         self.name = name
-        self.chart = LiveChart(f"{name}: {clients} clients, live", probe_names, name=name, planned_s=planned_s)
-        self.handle = display(self.chart.figure, display_id=True)
+        self.output = ipywidgets.Output()
+        self.chart = LiveChart(f"{name}: {clients} clients, live", probe_names, name=name, planned_s=planned_s,
+                               publish=self._show)
+        self.handle = display(self.output, display_id=True)
+        self._show(self.chart.figure)
+
+    def _show(self, figure) -> None:
+        from IPython.display import clear_output, display
+
+        with self.output:
+            clear_output(wait=True)  # the old figure goes when the new one arrives: no flicker
+            display(figure._repr_mimebundle_(), raw=True)
 
     def progress(self, point, line: str) -> None:
         self.chart.add_progress(point)
@@ -39,7 +56,7 @@ class LiveView:
         self.chart.add_samples(fresh)
 
     def finished(self, run) -> None:
-        """A static figure replaces the widget: it survives saving, HTML export and a closed kernel."""
+        """A static figure replaces the live view: it survives saving, HTML export and a closed kernel."""
         from .charts import timeline
 
         # a plotly Figure ignores display ids when shown directly: send its bundle instead

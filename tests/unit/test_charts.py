@@ -120,8 +120,9 @@ def test_each_panel_has_its_legend_beside_it():
     assert figure.layout.height >= 900
 
 
-def test_live_chart_draws_its_first_point_at_once_then_at_most_twice_a_second(clock):
-    chart = charts.LiveChart("demo", ["waits"])
+def test_live_chart_draws_its_first_point_at_once_then_at_most_once_a_second(clock):
+    published = []
+    chart = charts.LiveChart("demo", ["waits"], publish=lambda figure: published.append(figure.layout.title.text))
     chart.add_samples({"waits": [{"t": 0.25, "wait": "CPU", "backends": 1}]})  # drawn: nothing was yet
     clock.now += 0.1
     chart.add_progress(Progress(t=1, tps=100.0, lat_ms=1.0, stddev_ms=0.1))  # the first point: at once
@@ -132,8 +133,12 @@ def test_live_chart_draws_its_first_point_at_once_then_at_most_twice_a_second(cl
     assert list(chart.figure.data[0].y) == [100.0]
     assert "Lock: transactionid" not in {trace.name for trace in chart.figure.data}
     clock.now += 0.5
+    chart.add_samples({})
+    assert list(chart.figure.data[0].y) == [100.0]  # half a second: not yet
+    clock.now += 0.5
     chart.add_samples({})  # the runner's loop, 0.2 s later at most
     assert list(chart.figure.data[0].y) == [100.0, 110.0, 2.0, 105.0]
+    assert published == ["demo", "demo · 1 s so far", "demo · 4 s so far"]  # one figure per redraw
     assert len(chart.figure.layout.shapes) == 1
     assert "Lock: transactionid" in {trace.name for trace in stacked(chart.figure)}
     assert chart.received == 4 and chart.figure.layout.title.text == "demo · 4 s so far"
