@@ -92,8 +92,9 @@ def _frame(rows: list[str], title: str):
     )
     figure.update_xaxes(title_text="seconds since the run started", row=len(rows), col=1)
     figure.update_yaxes(title_text="tps", rangemode="tozero", row=1, col=1)
-    # full numbers on every tick (plotly labels 20 and 50 "2" and "5" on a short log axis)
-    figure.update_yaxes(title_text="ms", type="log", tickformat=",~g", row=2, col=1)
+    # ticks at 1, 2, 5, 10, 20, 50 ... written in full (plotly's default labels every digit on a
+    # short log axis, and writes 20 and 50 as "2" and "5")
+    figure.update_yaxes(title_text="ms", type="log", tickformat=",~g", dtick="D2", row=2, col=1)
     if "waits" in rows:
         figure.update_yaxes(title_text="backends", rangemode="tozero", row=rows.index("waits") + 1, col=1)
     return figure

@@ -113,6 +113,32 @@ def jupyterlab(tmp_path_factory):
         log.close()
 
 
+# Charts whose final rendering in JupyterLab is kept as a picture: the cell that draws it, the file.
+PICTURES = {"lab.compare(": "compare.png", "--name same-row-locks": "timeline-waits.png"}
+
+
+def _picture_of_output(cell, root: Path) -> None:
+    """A picture of the cell's final chart, once drawn (plotly draws after the cell's prompt changes)."""
+    source = cell.query_selector(".jp-InputArea").text_content() or ""
+    for marker, name in PICTURES.items():
+        if marker not in source:
+            continue
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            _, title, _ = cell.evaluate(LIVE_STATE)
+            if title and ", live" not in title:
+                # The notebook scrolls inside the page: make the page tall enough for the whole chart.
+                page = cell.owner_frame().page
+                viewport = page.viewport_size
+                plot = cell.query_selector(".jp-OutputArea .js-plotly-plot")
+                page.set_viewport_size({"width": viewport["width"], "height": int(plot.bounding_box()["height"]) + 400})
+                plot.scroll_into_view_if_needed()
+                plot.screenshot(path=str(root / f"00-start-here-{name}"))
+                page.set_viewport_size(viewport)
+                return
+            time.sleep(0.2)
+
+
 def test_a_student_runs_the_tour_in_jupyterlab(jupyterlab):
     from playwright.sync_api import sync_playwright
 
@@ -155,6 +181,8 @@ def test_a_student_runs_the_tour_in_jupyterlab(jupyterlab):
                 if re.fullmatch(r"\[\d+\]:", prompt):
                     break
                 time.sleep(0.2)
+            if is_code:
+                _picture_of_output(cell, root)
         # (Shift+Enter on the last cell adds an empty one below it: look at the notebook's own cells.)
         prompts = [(e.text_content() or "").strip()
                    for e in page.query_selector_all(".jp-CodeCell .jp-InputPrompt")][:code_cells]
@@ -182,3 +210,5 @@ def test_a_student_runs_the_tour_in_jupyterlab(jupyterlab):
     assert any(points >= 2 for _, points in running), running[:5]
     assert any("Run" in (text or "") for text in buttons), f"no panel button rendered ({buttons[:5]})"
     assert screenshot.stat().st_size > 20_000
+    assert {f"00-start-here-{name}" for name in PICTURES.values()} <= {p.name for p in root.glob("*.png")}, \
+        f"a final chart did not render in the page: {sorted(p.name for p in root.glob('*.png'))}"
