@@ -17,7 +17,7 @@ from .backend import SETTINGS_THAT_MATTER, Server, lab_settings, server_for_back
 from .binaries import program
 from .errors import LabkitError, ServerGone, UsageError, connection_problem
 from .probes import WAIT_EVENTS, Probe, plain_value
-from .profiles import Profile, current, default_name
+from .profiles import SPARE_CONNECTIONS, Profile, current, default_name
 from .queries import query
 from .sessions import Failed, Sessions, Waiting
 
@@ -180,10 +180,14 @@ class Lab:
         """
         import pandas as pd
 
-        before = self.settings(*settings).set_index("name")["setting"].to_dict()
+        current = self.settings(*settings).set_index("name")
+        before = current["setting"].to_dict()
         unknown = [name for name in settings if name not in before]
         if unknown:
             raise UsageError(f"Unknown setting(s): {', '.join(unknown)}. Check the name in pg_settings.")
+        needs_restart = [name for name in settings if current.loc[name, "context"] == "postmaster"]
+        if needs_restart and self.server.can_restart:
+            self._refuse_restart_during_other_runs(needs_restart)
         try:
             with psycopg.connect(self.server.admin_conninfo(), autocommit=True) as connection:
                 loaded = connection.execute(query("conf_load_time")).fetchone()[0]
@@ -206,6 +210,17 @@ class Lab:
         after = self.settings(*settings).set_index("name")["setting"].to_dict()
         return pd.DataFrame([{"name": n, "before": before.get(n), "after": after.get(n), "restarted": restarted}
                              for n in settings])
+
+    def _refuse_restart_during_other_runs(self, names: list[str]) -> None:
+        """A restart would stop another notebook's pgbench run: refuse, naming it, before changing anything."""
+        registry = self.server.pgbench_registry()
+        if registry is None:
+            return
+        others = sorted({entry.get("notebook") or f"a kernel (pid {entry.get('owner')})"
+                         for entry in registry.live_entries() if entry.get("owner") != os.getpid()})
+        if others:
+            raise UsageError(f"Changing {', '.join(names)} restarts the server, which would stop the pgbench run "
+                             f"of {', '.join(others)} going on now: run this cell again once it has finished.")
 
     def server_info(self) -> dict:
         frame = self.settings()
@@ -303,7 +318,7 @@ class Lab:
 
         A restart drops every connection to the server, also other notebooks'; labkit says so.
         """
-        spare = 20  # probes, the notebook's own sessions (T1, T2, ...), the observer
+        spare = SPARE_CONNECTIONS
         free = runner.free_connections(self.conninfo)
         if free >= clients + spare:
             return

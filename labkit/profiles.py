@@ -17,6 +17,11 @@ from .errors import UsageError
 NAMES = ("ci", "laptop", "article")
 
 
+# Connections a lab uses besides its pgbench clients: probes, its sessions (T1, T2, ...), the
+# observer, and another notebook open beside it.
+SPARE_CONNECTIONS = 20
+
+
 @dataclass(frozen=True)
 class Profile:
     """How big, how long and how many clients."""
@@ -27,7 +32,7 @@ class Profile:
     clients: int
     duration_s: int
     shared_buffers: str
-    largest_clients: int  # the most clients any lab runs under this profile
+    largest_clients: int  # the most clients any lab runs under this profile: max_connections fits them
 
     @classmethod
     def named(cls, name: str) -> Profile:
@@ -52,7 +57,7 @@ _PROFILES = {
     "ci": Profile(
         "ci",
         "the whole suite in a few minutes on 2 cores: small tables, few clients, seconds-long runs",
-        max_connections=120,
+        max_connections=300,
         clients=8,
         duration_s=4,
         shared_buffers="128MB",

@@ -2,10 +2,12 @@
 
 A registry is a folder with one small JSON file per process::
 
-    {"pid": 4242, "created": 1763800000.12, "owner": 4100, "owner_created": 1763799000.5}
+    {"pid": 4242, "created": 1763800000.12, "owner": 4100, "owner_created": 1763799000.5,
+     "notebook": "02-flash-sale"}
 
 ``created`` is the process's start time, so a recycled pid is never taken for the process that
-registered. ``owner`` is set for a pgbench process: the kernel that started it. A kernel
+registered. ``owner`` and ``notebook`` are set for a pgbench process: the kernel that started it,
+and whose run it is (a restart that would stop it names that notebook). A kernel
 killed outright cannot remove its entries, so readers drop the dead ones themselves:
 
 - the *kernels* registry tells the watchdog whether anyone still uses the server
@@ -42,7 +44,7 @@ class ProcessRegistry:
     def __init__(self, folder: Path):
         self.folder = folder
 
-    def add(self, pid: int | None = None, *, owner: int | None = None) -> Path | None:
+    def add(self, pid: int | None = None, *, owner: int | None = None, notebook: str | None = None) -> Path | None:
         """Register ``pid`` (default: this process), owned by ``owner``; None if it has already ended."""
         pid = pid or os.getpid()
         entry = {"pid": pid, "created": processes.started_at(pid)}
@@ -50,6 +52,8 @@ class ProcessRegistry:
             return None
         if owner is not None:
             entry.update(owner=owner, owner_created=processes.started_at(owner))
+        if notebook is not None:
+            entry["notebook"] = notebook
         path = self.folder / f"{pid}.json"
         _write_whole(path, entry)
         return path
@@ -81,12 +85,14 @@ class ProcessRegistry:
 
     def live(self) -> list[int]:
         """Pids of the registered processes that still run (0 for the pinned entry); dead entries are removed."""
+        return [entry.get("pid", 0) for entry in self.live_entries()]
+
+    def live_entries(self) -> list[dict]:
+        """The entries of the processes that still run, and the pinned one; dead entries are removed."""
         found = []
         for path, entry in self._entries():
-            if entry.get(PINNED):
-                found.append(0)
-            elif processes.alive(entry["pid"], entry.get("created")):
-                found.append(entry["pid"])
+            if entry.get(PINNED) or processes.alive(entry["pid"], entry.get("created")):
+                found.append(entry)
             else:
                 path.unlink(missing_ok=True)
         return found

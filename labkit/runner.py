@@ -194,7 +194,7 @@ class PgbenchRunner:
         try:  # from here on, whatever happens, pgbench does not outlive this call
             processes.bind_to_this_process(process)
             if registry is not None:
-                registry.add(process.pid, owner=os.getpid())
+                registry.add(process.pid, owner=os.getpid(), notebook=self.target.notebook)
             sampler.start(started)
             reader = _OutputReader(process)
             reader.follow(observer, sampler)

@@ -14,7 +14,7 @@ import pytest
 
 import labkit
 from labkit.embedded import EmbeddedServer
-from labkit.errors import LabkitError
+from labkit.errors import LabkitError, UsageError
 from labkit.profiles import Profile
 
 pytestmark = pytest.mark.integration
@@ -61,6 +61,24 @@ def test_setting_that_needs_a_restart(lab):
     reloaded = lab.set(work_mem="8MB")
     assert not reloaded.loc[0, "restarted"]
     lab.set(max_connections=before)
+
+
+def test_a_restart_never_stops_another_notebooks_run(lab):
+    """Another kernel's pgbench is registered: a setting that needs a restart is refused, naming it."""
+    registry = lab.server.pgbench_registry()
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        registry.add(other.pid, owner=other.pid, notebook="02-flash-sale")
+        before = int(lab.value("show max_connections"))
+        with pytest.raises(UsageError, match="restarts the server, which would stop the pgbench run of 02-flash-sale"):
+            lab.set(max_connections=before + 5)
+        assert not lab.settings("max_connections").loc[0, "pending_restart"]  # refused before anything changed
+        assert not lab.set(work_mem="8MB").loc[0, "restarted"]  # a reload is still fine
+    finally:
+        other.kill()
+        other.wait()
+        registry.remove(other.pid)
+    assert int(lab.value("show max_connections")) == before
 
 
 def test_unknown_setting_is_refused(lab):

@@ -1,6 +1,7 @@
 """Run records round-trip; profiles pick sizes (the charts' tests are in test_charts.py)."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -8,6 +9,8 @@ from labkit import records
 from labkit.errors import UsageError
 from labkit.profiles import Profile
 from tests.unit.sample_runs import make_run
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_record_round_trip(tmp_path):
@@ -49,6 +52,37 @@ def test_profiles():
     assert Profile.named("article").pick(ci=1, laptop=2) == 2
     with pytest.raises(UsageError, match="Unknown profile 'huge'"):
         Profile.named("huge")
+
+
+def _clients_the_labs_pick() -> dict[str, int]:
+    """The most clients a lab's own cells run under each profile (``clients = P.pick(...)`` and the like)."""
+    import ast
+
+    import nbformat
+
+    most = {"ci": 0, "laptop": 0, "article": 0}
+    for path in sorted(ROOT.glob("notebooks/*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            for line in cell.source.splitlines():
+                if "P.pick(" not in line or not any(word in line.split("=")[0] for word in ("clients", "workers")):
+                    continue
+                call = ast.parse(line[line.index("P.pick("):].rstrip(",").strip(), mode="eval").body
+                picked = {keyword.arg: ast.literal_eval(keyword.value) for keyword in call.keywords}
+                picked.setdefault("article", picked["laptop"])
+                for profile, value in picked.items():
+                    most[profile] = max(most[profile], max(value) if isinstance(value, list) else value)
+    return most
+
+
+def test_no_lab_restarts_the_server_for_connections():
+    from labkit.profiles import NAMES, SPARE_CONNECTIONS
+
+    most = _clients_the_labs_pick()
+    assert most["ci"] >= 128  # the scan found the labs' client counts
+    for name in NAMES:
+        profile = Profile.named(name)
+        assert most[name] <= profile.largest_clients, name
+        assert profile.largest_clients + SPARE_CONNECTIONS <= profile.max_connections, name
 
 
 def test_work_figures_put_goodput_on_pgbench_clock():
