@@ -31,6 +31,7 @@ from .sessions import Failed, Result, Waiting, duration_s
 MAX_CELL_WAIT_S = 30
 # Options of %%pgbench that are labkit's, not pgbench's.
 _LABKIT_OPTIONS = ("--probes", "--work")
+_LABKIT_FLAGS = ("--no-waits", "--hold-sessions")
 
 
 def _print_outcome(outcome, *, label: bool) -> None:
@@ -60,23 +61,24 @@ def _current_lab():
     return lab
 
 
-def split_labkit_options(argv: list[str]) -> tuple[list[str], dict[str, list[str]], bool]:
-    """Take labkit's own options out of a %%pgbench line: (pgbench's words, {option: values}, --no-waits).
+def split_labkit_options(argv: list[str]) -> tuple[list[str], dict[str, list[str]], set[str]]:
+    """Take labkit's own options out of a %%pgbench line: (pgbench's words, {option: values}, flags).
 
-    >>> split_labkit_options(["-c", "4", "--probes", "a,b", "--work=done", "--no-waits"])
-    (['-c', '4'], {'--probes': ['a,b'], '--work': ['done']}, True)
+    >>> words, options, flags = split_labkit_options(["-c", "4", "--probes", "a,b", "--work=done", "--no-waits"])
+    >>> words, options, sorted(flags)
+    (['-c', '4'], {'--probes': ['a,b'], '--work': ['done']}, ['--no-waits'])
     """
-    kept, found, no_waits = [], {name: [] for name in _LABKIT_OPTIONS}, False
+    kept, found, flags = [], {name: [] for name in _LABKIT_OPTIONS}, set()
     words = iter(argv)
     for word in words:
         option, _, inline = word.partition("=")
-        if word == "--no-waits":
-            no_waits = True
+        if word in _LABKIT_FLAGS:
+            flags.add(word)
         elif option in _LABKIT_OPTIONS:
             found[option].append(inline if inline else next(words, ""))
         else:
             kept.append(word)
-    return kept, {name: values for name, values in found.items() if values}, no_waits
+    return kept, {name: values for name, values in found.items() if values}, flags
 
 
 @magics_class
@@ -118,19 +120,21 @@ class LabMagics(Magics):
 
     @cell_magic
     def pgbench(self, line, cell):
-        """Run the cell as a pgbench script: pgbench options plus --name, --probes a,b, --work VAR and --no-waits.
+        """Run the cell as a pgbench script: pgbench options plus labkit's own.
 
+        --name NAME: the run's name. --probes a,b: probes (variables) sampled during the run.
         --work VAR: VAR holds SQL returning the work done so far (one number); the run then
-        records goodput beside tps and the live chart draws it.
+        records goodput beside tps and the live chart draws it. --no-waits: no wait-event probe.
+        --hold-sessions: run even while a session of this notebook is idle in a transaction.
         """
         lab = _current_lab()
         try:
-            words, chosen, no_waits = split_labkit_options(pgbench.split_options(line))
-            probes = [] if no_waits else [WAIT_EVENTS]
+            words, chosen, flags = split_labkit_options(pgbench.split_options(line))
+            probes = [] if "--no-waits" in flags else [WAIT_EVENTS]
             probes += [self._probe(name) for value in chosen.get("--probes", []) for name in value.split(",") if name]
             work = self._work(chosen["--work"][-1]) if "--work" in chosen else None
             spec = pgbench.parse_options(words, script=cell)
-            return lab.run_spec(spec, probes=probes, work=work)
+            return lab.run_spec(spec, probes=probes, work=work, hold_sessions="--hold-sessions" in flags)
         except LabkitError as error:
             raise _for_student(error) from None
 

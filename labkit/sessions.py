@@ -79,6 +79,26 @@ class Waiting:
         )
 
 
+@dataclass(frozen=True)
+class OpenTransaction:
+    """A session idle inside a transaction: it keeps its locks (and its snapshot) until it ends."""
+
+    session: str
+    state: str
+    open_s: float
+    holds: tuple[str, ...]  # "table (lock mode)"
+
+    def message(self) -> str:
+        """One line: who, since when, what it holds, and how to end it.
+
+        >>> OpenTransaction("T1", "idle in transaction", 42.4, ("items (RowExclusiveLock)",)).message()
+        'T1 has been idle in a transaction for 42 s, holding items (RowExclusiveLock): end it with a %%sql --session T1 cell that runs rollback (or commit).'
+        """
+        holds = f", holding {', '.join(self.holds)}" if self.holds else ""
+        return (f"{self.session} has been idle in a transaction for {self.open_s:,.0f} s{holds}: end it "
+                f"with a %%sql --session {self.session} cell that runs rollback (or commit).")
+
+
 def duration_s(setting: str) -> float | None:
     """Seconds in a PostgreSQL duration setting (a bare number is milliseconds); None if unreadable.
 
@@ -243,6 +263,15 @@ class Sessions:
             return None  # PostgreSQL cancels an autovacuum that blocks a statement (after deadlock_timeout)
         blockers = tuple(self.name_of(pid) for pid in row[2])
         return Waiting(session.name, blockers, f"Lock: {row[1]}", session.pending_sql)
+
+    def open_transactions(self) -> list[OpenTransaction]:
+        """This lab's sessions that sit idle inside a transaction (a run would wait behind their locks)."""
+        pids = [session.pid for session in self.sessions.values()]
+        if not pids:
+            return []
+        with self._lock:
+            rows = self.observer().execute(query("open_transactions"), {"pids": pids}).fetchall()
+        return [OpenTransaction(self.name_of(pid), state, open_s, tuple(holds)) for pid, state, open_s, holds in rows]
 
     def _only_autovacuum(self, pids: list[int]) -> bool:
         with self._lock:

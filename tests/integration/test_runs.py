@@ -214,3 +214,26 @@ def test_perf_records_the_server_backends(lab):
     assert {"nextval_internal", "ExecInterpExpr"} & {row["symbol"] for row in figures["symbols"]}
     assert set(Path(tempfile.gettempdir()).glob("labkit-perf-*")) == before, "perf data left behind"
     assert not [p for p in psutil.process_iter(["name"]) if p.info["name"] == "perf"], "perf left running"
+
+
+def test_a_run_does_not_start_behind_this_notebooks_open_transaction(lab, hot_row):
+    """A session left idle in a transaction is named, with what it holds, and nothing runs behind it."""
+    holder = lab.session("T1")
+    holder.run("begin; update hot set n = n + 1 where id = 1")
+    try:
+        with pytest.raises(UsageError, match=r"Not started: T1 has been idle in a transaction for \d+ s, "
+                                             r"holding hot \(RowExclusiveLock\): end it with a %%sql --session T1"):
+            lab.pgbench("update hot set n = n + 1 where id = 1;", name="behind-T1", clients=2, duration=1, live=False)
+        assert leftover_backends(lab) == 0 and not pgbench_children()
+        # On purpose: a run that does not touch the held row goes ahead.
+        run = lab.pgbench("select 1;", name="beside-T1", clients=2, duration=1, live=False, hold_sessions=True)
+        assert run.transactions > 0
+        # A failed transaction block has released its locks already: nothing to wait behind.
+        holder.run("select 1/0")
+        run = lab.pgbench("update hot set n = n + 1 where id = 1;", name="beside-failed-T1", clients=2, duration=1,
+                          live=False)
+        assert run.transactions > 0
+    finally:
+        holder.run("rollback")
+    run = lab.pgbench("update hot set n = n + 1 where id = 1;", name="after-T1", clients=2, duration=1, live=False)
+    assert run.transactions > 0
