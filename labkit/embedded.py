@@ -236,8 +236,13 @@ class EmbeddedServer(Server):
                 conf.write(f"{name} = {quote_setting(value)}\n")
         self._save_state(transport=self.transport)
 
-    def _write_connection_settings(self) -> None:
-        """How clients reach the server, rewritten before each start (a TCP port is chosen anew)."""
+    def _write_start_settings(self, profile: Profile) -> None:
+        """Settings rewritten before each start, in labkit.conf.
+
+        How clients reach the server (a TCP port is chosen anew), and the starting profile's
+        max_connections, which fits its labs' largest runs (a cluster made under another profile,
+        or by an older labkit, would otherwise keep its own).
+        """
         conf = self.data_dir / "postgresql.conf"
         if INCLUDE_LINE not in conf.read_text(encoding=ENCODING):
             with open(conf, "a", encoding=ENCODING) as handle:
@@ -249,6 +254,7 @@ class EmbeddedServer(Server):
             settings = {"listen_addresses": "", "port": str(SOCKET_PORT),
                         "unix_socket_directories": directories_setting(self.socket_dir),
                         "unix_socket_permissions": "0700"}
+        settings["max_connections"] = str(profile.max_connections)  # ALTER SYSTEM (need_connections) still wins
         path = self.data_dir / "labkit.conf"
         path.write_text("# written by labkit before each start\n"
                         + "".join(f"{name} = {quote_setting(value)}\n" for name, value in settings.items()),
@@ -263,7 +269,7 @@ class EmbeddedServer(Server):
             if not self.initialized():
                 self._init(profile)
             self._remove_stale_pid_file()
-            self._write_connection_settings()
+            self._write_start_settings(profile)
             self._program("pg_ctl", "start", "-D", str(self.data_dir), "-l", str(self.log_file),
                           "-w", "-t", "60", timeout=90)
         if watch:

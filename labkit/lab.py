@@ -216,8 +216,10 @@ class Lab:
         registry = self.server.pgbench_registry()
         if registry is None:
             return
+        self.server.reap_orphans()  # a dead kernel's pgbench is nobody's run: it goes now
         others = sorted({entry.get("notebook") or f"a kernel (pid {entry.get('owner')})"
-                         for entry in registry.live_entries() if entry.get("owner") != os.getpid()})
+                         for entry in registry.live_entries()
+                         if entry.get("pid") and entry.get("owner") != os.getpid()})
         if others:
             raise UsageError(f"Changing {', '.join(names)} restarts the server, which would stop the pgbench run "
                              f"of {', '.join(others)} going on now: run this cell again once it has finished.")
@@ -283,9 +285,13 @@ class Lab:
             if view is not None:
                 view.stopped("pgbench stopped with an error (below).")
             raise
+        except BaseException as error:
+            if view is not None:
+                view.stopped(f"the run failed ({type(error).__name__}, below).")
+            raise
+        self.last_run = run
         if view is not None:
             view.finished(run)
-        self.last_run = run
         return run
 
     def _target(self) -> runner.Target:
@@ -298,7 +304,7 @@ class Lab:
 
     def sweep(self, scripts: dict[str, str], clients: list[int], *, duration: float | None = None,
               mode: str | None = None, work: str | None = None, before=None, after=None,
-              probes: list[Probe] | None = None):
+              probes: list[Probe] | None = None, hold_sessions: bool = False):
         """Run every script at every number of clients; returns the runs (saved as ``sweep-<name>``).
 
         before: called as ``before(lab, name, clients)`` ahead of each run (e.g. to vacuum).
@@ -312,7 +318,8 @@ class Lab:
                 if before is not None:
                     before(self, name, count)
                 run = self.pgbench(script, name=f"sweep-{name}", clients=count, duration=duration, mode=mode,
-                                   probes=[] if probes is None else probes, live=False, work=work)
+                                   probes=[] if probes is None else probes, live=False, work=work,
+                                   hold_sessions=hold_sessions)
                 run.note(method=name)
                 if after is not None:
                     after(self, run)

@@ -43,11 +43,12 @@ class LiveView:
         self._show(self.chart.figure)
 
     def _show(self, figure) -> None:
-        from IPython.display import clear_output, display
+        # The widget's state is set from the kernel: no `with output:` (whose exit would swallow a
+        # Ctrl+C under IPython), and the page does not send each figure back to the kernel.
+        self._frame(figure._repr_mimebundle_())
 
-        with self.output:
-            clear_output(wait=True)  # the old figure goes when the new one arrives: no flicker
-            display(figure._repr_mimebundle_(), raw=True)
+    def _frame(self, bundle: dict) -> None:
+        self.output.outputs = ({"output_type": "display_data", "data": bundle, "metadata": {}},)
 
     def progress(self, point, line: str) -> None:
         self.chart.add_progress(point)
@@ -59,14 +60,24 @@ class LiveView:
         """A static figure replaces the live view: it survives saving, HTML export and a closed kernel."""
         from .charts import timeline
 
+        try:
+            bundle = timeline(run)._repr_mimebundle_()
+        except Exception as error:  # noqa: BLE001 - the run is recorded: a chart that fails must not hide it
+            self.stopped(f"the run is recorded, but its chart could not be drawn ({type(error).__name__}: {error}).")
+            return
+        self._frame(bundle)  # inside a panel's own output, the update below does not reach the page
         # a plotly Figure ignores display ids when shown directly: send its bundle instead
-        self.handle.update(timeline(run)._repr_mimebundle_(), raw=True)
+        self.handle.update(bundle, raw=True)
 
     def stopped(self, why: str) -> None:
-        """The run ended without a record to draw (interrupted, or pgbench failed)."""
+        """The run ended without a record to draw (interrupted, failed, or an error in labkit)."""
+        import html
+
         from IPython.display import HTML
 
-        self.handle.update(HTML(f"<b>{self.name}</b>: {why}"))
+        message = HTML(f"<b>{html.escape(self.name)}</b>: {html.escape(why)}")
+        self._frame({"text/html": message.data, "text/plain": f"{self.name}: {why}"})
+        self.handle.update(message)
 
 
 class Printer:

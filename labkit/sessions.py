@@ -95,7 +95,8 @@ class OpenTransaction:
         'T1 has been idle in a transaction for 42 s, holding items (RowExclusiveLock): end it with a %%sql --session T1 cell that runs rollback (or commit).'
         """
         holds = f", holding {', '.join(self.holds)}" if self.holds else ""
-        return (f"{self.session} has been idle in a transaction for {self.open_s:,.0f} s{holds}: end it "
+        failed = " (after an error inside a savepoint)" if "aborted" in self.state else ""
+        return (f"{self.session} has been idle in a transaction{failed} for {self.open_s:,.0f} s{holds}: end it "
                 f"with a %%sql --session {self.session} cell that runs rollback (or commit).")
 
 
@@ -266,12 +267,21 @@ class Sessions:
 
     def open_transactions(self) -> list[OpenTransaction]:
         """This lab's sessions that sit idle inside a transaction (a run would wait behind their locks)."""
-        pids = [session.pid for session in self.sessions.values()]
-        if not pids:
+        names = {session.pid: name for name, session in self.sessions.items() if not session.connection.closed}
+        if not names:
             return []
-        with self._lock:
-            rows = self.observer().execute(query("open_transactions"), {"pids": pids}).fetchall()
-        return [OpenTransaction(self.name_of(pid), state, open_s, tuple(holds)) for pid, state, open_s, holds in rows]
+        for attempt in (1, 2):
+            try:
+                with self._lock:
+                    rows = self.observer().execute(query("open_transactions"), {"pids": list(names)}).fetchall()
+                break
+            except psycopg.OperationalError:
+                if attempt == 2:
+                    raise
+                self._observer = None  # the server restarted since: connect again
+        # A pid is only this lab's session if the backend is still that session's (pids get reused).
+        return [OpenTransaction(names[pid], state, open_s, tuple(holds))
+                for pid, application, state, open_s, holds in rows if application == f"labkit-{names[pid]}"]
 
     def _only_autovacuum(self, pids: list[int]) -> bool:
         with self._lock:

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 
 
 def pgbench_children():
-    return [p for p in psutil.Process().children(recursive=True) if p.name() == "pgbench"]
+    return [p for p in psutil.Process().children(recursive=True) if p.name() in ("pgbench", "pgbench.exe")]
 
 
 def leftover_backends(lab):
@@ -228,7 +228,14 @@ def test_a_run_does_not_start_behind_this_notebooks_open_transaction(lab, hot_ro
         # On purpose: a run that does not touch the held row goes ahead.
         run = lab.pgbench("select 1;", name="beside-T1", clients=2, duration=1, live=False, hold_sessions=True)
         assert run.transactions > 0
-        # A failed transaction block has released its locks already: nothing to wait behind.
+        # An error inside a savepoint aborts only the savepoint: the update's lock is still held.
+        holder.run("savepoint s; select 1/0")
+        with pytest.raises(UsageError, match=r"T1 has been idle in a transaction \(after an error inside a savepoint\)"
+                                             r" for \d+ s, holding hot \(RowExclusiveLock\)"):
+            lab.pgbench("update hot set n = n + 1 where id = 1;", name="behind-T1", clients=2, duration=1, live=False)
+        # Rolled back to the savepoint, then failed outside one: the whole transaction is aborted and
+        # has released its locks already: nothing to wait behind.
+        holder.run("rollback to savepoint s")
         holder.run("select 1/0")
         run = lab.pgbench("update hot set n = n + 1 where id = 1;", name="beside-failed-T1", clients=2, duration=1,
                           live=False)

@@ -55,34 +55,46 @@ def test_profiles():
 
 
 def _clients_the_labs_pick() -> dict[str, int]:
-    """The most clients a lab's own cells run under each profile (``clients = P.pick(...)`` and the like)."""
+    """The most clients a lab's cells run under each profile.
+
+    ``clients = P.pick(...)`` (and ``workers``), ``clients = 32``, and a panel's ``clients=(1, 256)``.
+    """
     import ast
+    import re
 
     import nbformat
 
     most = {"ci": 0, "laptop": 0, "article": 0}
+
+    def note(picked: dict) -> None:
+        picked.setdefault("article", picked["laptop"])
+        for profile, value in picked.items():
+            most[profile] = max(most[profile], max(value) if isinstance(value, list) else value)
+
     for path in sorted(ROOT.glob("notebooks/*.ipynb")):
         for cell in nbformat.read(path, as_version=4).cells:
             for line in cell.source.splitlines():
-                if "P.pick(" not in line or not any(word in line.split("=")[0] for word in ("clients", "workers")):
-                    continue
-                call = ast.parse(line[line.index("P.pick("):].rstrip(",").strip(), mode="eval").body
-                picked = {keyword.arg: ast.literal_eval(keyword.value) for keyword in call.keywords}
-                picked.setdefault("article", picked["laptop"])
-                for profile, value in picked.items():
-                    most[profile] = max(most[profile], max(value) if isinstance(value, list) else value)
+                target = line.split("=")[0]
+                if "P.pick(" in line and any(word in target for word in ("clients", "workers")):
+                    call = ast.parse(line[line.index("P.pick("):].rstrip(",").strip(), mode="eval").body
+                    note({keyword.arg: ast.literal_eval(keyword.value) for keyword in call.keywords})
+                elif literal := re.fullmatch(r"\s*\w*clients\w*\s*=\s*([\d_]+)\s*", line):
+                    note({"ci": int(literal[1]), "laptop": int(literal[1])})
+                for low_high in re.findall(r"clients=\((\d+),\s*(\d+)\)", line):  # a panel's range
+                    note({"ci": int(low_high[1]), "laptop": int(low_high[1])})
     return most
 
 
 def test_no_lab_restarts_the_server_for_connections():
     from labkit.profiles import NAMES, SPARE_CONNECTIONS
 
+    reserved = 3  # superuser_reserved_connections: clients cannot use them
     most = _clients_the_labs_pick()
     assert most["ci"] >= 128  # the scan found the labs' client counts
     for name in NAMES:
         profile = Profile.named(name)
         assert most[name] <= profile.largest_clients, name
-        assert profile.largest_clients + SPARE_CONNECTIONS <= profile.max_connections, name
+        assert profile.largest_clients + SPARE_CONNECTIONS + reserved <= profile.max_connections, name
 
 
 def test_work_figures_put_goodput_on_pgbench_clock():
