@@ -74,7 +74,8 @@ def test_a_stall_and_the_overrun_it_causes(lab, hot_row):
     release = threading.Timer(2.5, lambda: lab.value("select pg_terminate_backend(%s)", (holder.pid,)))
     release.start()
     try:
-        run = lab.pgbench("update hot set n = n + 1 where id = 1;", name="stalled", clients=2, duration=4)
+        run = lab.pgbench("update hot set n = n + 1 where id = 1;", name="stalled", clients=2, duration=4,
+                          hold_sessions=True)
     finally:
         release.cancel()
         lab.sessions.sessions.pop("stall-holder").close()
@@ -87,12 +88,15 @@ def test_a_stall_and_the_overrun_it_causes(lab, hot_row):
 def test_interrupt_stops_pgbench_and_its_backends(lab, hot_row):
     holder = lab.session("int-holder")
     holder.run("begin; update hot set n = n where id = 1")  # pgbench's clients will wait on this lock
-    threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    interrupt = threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    interrupt.start()
     started = time.monotonic()
     try:
         with pytest.raises(KeyboardInterrupt):
-            lab.pgbench("update hot set n = n + 1 where id = 1;", name="interrupted", clients=3, duration=30)
+            lab.pgbench("update hot set n = n + 1 where id = 1;", name="interrupted", clients=3, duration=30,
+                        hold_sessions=True)
     finally:
+        interrupt.cancel()  # (if the run did not even start, the interrupt must not hit the test session)
         holder.run("rollback")
     assert time.monotonic() - started < 8
     assert pgbench_children() == []
@@ -233,9 +237,9 @@ def test_a_run_does_not_start_behind_this_notebooks_open_transaction(lab, hot_ro
         with pytest.raises(UsageError, match=r"T1 has been idle in a transaction \(after an error inside a savepoint\)"
                                              r" for \d+ s, holding hot \(RowExclusiveLock\)"):
             lab.pgbench("update hot set n = n + 1 where id = 1;", name="behind-T1", clients=2, duration=1, live=False)
-        # Rolled back to the savepoint, then failed outside one: the whole transaction is aborted and
+        # Back out of the savepoint, then a failure outside one: the whole transaction is aborted and
         # has released its locks already: nothing to wait behind.
-        holder.run("rollback to savepoint s")
+        holder.run("rollback to savepoint s; release savepoint s")  # (rollback to keeps the savepoint)
         holder.run("select 1/0")
         run = lab.pgbench("update hot set n = n + 1 where id = 1;", name="beside-failed-T1", clients=2, duration=1,
                           live=False)
