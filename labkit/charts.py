@@ -19,7 +19,7 @@ from time import monotonic
 
 from . import style
 from .pgbench import Progress, find_stalls
-from .probes import WORK
+from .probes import HELD_BY, WORK
 from .records import Run
 
 STALL_COLOR = style.STALL_COLOR
@@ -64,7 +64,7 @@ def _rows(probe_names: list[str]) -> list[str]:
     rows = ["tps", "latency"]
     if "waits" in probe_names:
         rows.append("waits")
-    rows += [name for name in probe_names if name not in ("waits", WORK)]
+    rows += [name for name in probe_names if name not in ("waits", WORK, HELD_BY)]
     return rows
 
 
@@ -448,6 +448,7 @@ class LiveChart:
         self._progress_shown = False
         self._drawn_at: float | None = None
         self.received = 0  # progress lines received; the chart's title shows it (a browser test reads it)
+        self.held_by: tuple[float, str] | None = None  # (when, who): every client waits for their lock
 
     def _add_wait_slots(self) -> list:
         """Empty areas for the wait panel, filled by each redraw (cheaper than adding traces then)."""
@@ -469,6 +470,10 @@ class LiveChart:
 
     def add_samples(self, fresh: dict[str, list[dict]]) -> None:
         """Probe samples; drawn with the next progress line (or within a second if none comes)."""
+        if fresh.get(HELD_BY):
+            row = fresh[HELD_BY][-1]
+            self.held_by = (row["t"], row["holders"])
+            self._progress_waiting = True  # the title says it with the next redraw
         for name, rows in fresh.items():
             if name in self.probe_samples:
                 self.probe_samples[name].extend(rows)
@@ -495,7 +500,7 @@ class LiveChart:
             self.publish(self.figure)
 
     def _draw_progress(self) -> None:
-        self.figure.layout.title.text = f"{self.title} · {self.received} s so far"
+        self.figure.layout.title.text = f"{self.title} · {self.received} s so far" + self._held_by_notice()
         times = [t for t, _ in self.points]
         tps, latency = self.figure.data[0], self.figure.data[1]
         tps.x, tps.y = times, [value for _, value in self.points]
@@ -504,6 +509,12 @@ class LiveChart:
         self.figure.layout.shapes = _stall_shapes(stalls) + self._planned
         self._stall_key.showlegend = bool(stalls)
         self._progress_shown = True
+
+    def _held_by_notice(self) -> str:
+        """While every client waits for a lock held outside the run (seen within 2 s): by whom."""
+        if self.held_by is None or not self.points or self.points[-1][0] - self.held_by[0] > 2.0:
+            return ""
+        return f" · every client waits for a lock held by {self.held_by[1]}"
 
     def _draw_waits(self, samples: list[dict]) -> None:
         """The wait areas, counted from the samples not counted yet, into the fixed slots."""

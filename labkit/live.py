@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from .probes import WORK
+from .probes import HELD_BY, WORK
 
 
 def in_notebook() -> bool:
@@ -83,11 +83,18 @@ class LiveView:
 class Printer:
     """The command line's observer: pgbench's progress lines as they come."""
 
+    def __init__(self):
+        self.held_by = None
+
     def progress(self, point, line: str) -> None:
         print(line, flush=True)
 
     def samples(self, fresh: dict[str, list[dict]]) -> None:
-        pass
+        holders = fresh.get(HELD_BY, [{}])[-1].get("holders")
+        if holders and holders != self.held_by:
+            print(f"every client waits for a lock held by {holders}", flush=True)
+        if HELD_BY in fresh:
+            self.held_by = holders
 
 
 def probe_names(probes, work: str | None) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import pgbench
+from .probes import HELD_BY
 from .records import Run
 
 
@@ -58,7 +59,7 @@ def record(spec: pgbench.Spec, context: Context, outputs: Outputs) -> Run:
     stalls = [vars(s) for s in pgbench.find_stalls([(p.t, p.tps) for p in progress])]
     # Probes share pgbench's clock, which starts once its clients have connected.
     samples = {name: [{**row, "t": round(row["t"] - connection_s, 3)} for row in rows]
-               for name, rows in outputs.samples.items()}
+               for name, rows in outputs.samples.items() if rows or name != HELD_BY}  # held_by: only when it was
     transactions = summary.transactions
     if transactions is None and progress:
         transactions = int(sum(p.tps for p in progress))

@@ -9,6 +9,7 @@ seconds since the run started. The wait-event probe (every 250 ms) is on by defa
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -25,6 +26,17 @@ class Probe:
     name: str
     sql: str
     every_s: float = 1.0
+
+
+HELD_BY = "held_by"  # every client of the run waits for a lock held outside it: by whom
+
+
+def held_by_probe(application_name: str) -> Probe:
+    """Who outside the run holds the lock every one of its clients waits for (a row only then)."""
+    if not re.fullmatch(r"[a-z0-9-]+", application_name):
+        raise ValueError(f"not a run's application name: {application_name!r}")
+
+    return Probe(HELD_BY, query("held_by").replace("{application_name}", application_name), 1.0)
 
 
 def probe(name: str, sql: str, every: float = 1.0) -> Probe:

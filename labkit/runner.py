@@ -29,7 +29,7 @@ from . import limits, outcome, pgbench, processes
 from . import perf as perf_module
 from .config import ENCODING
 from .errors import RunFailed, UsageError
-from .probes import WORK, Probe, Sampler
+from .probes import WORK, Probe, Sampler, held_by_probe
 from .queries import query
 from .records import Run, now_iso
 
@@ -183,7 +183,7 @@ class PgbenchRunner:
         environment = {**os.environ, **self.target.environment, "PGAPPNAME": application_name}
         context = outcome.Context(self.target.notebook, self.target.profile, self.target.server, now_iso(),
                                   tuple(argv))
-        sampler = Sampler(self.target.conninfo, probes)
+        sampler = Sampler(self.target.conninfo, [*probes, held_by_probe(application_name)])
         started = time.monotonic()
         process = subprocess.Popen([str(self.target.pgbench), *argv], stdin=subprocess.DEVNULL,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment, cwd=workdir,

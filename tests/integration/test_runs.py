@@ -80,6 +80,9 @@ def test_a_stall_and_the_overrun_it_causes(lab, hot_row):
         release.cancel()
         lab.sessions.sessions.pop("stall-holder").close()
     assert run.stalls and run.stalls[0]["start"] == 0.0 and run.stalls[0]["end"] >= 2.0
+    # every client waited on the holder's lock: the record (and the live chart) say who held it
+    assert run.probes["held_by"] and {row["holders"] for row in run.probes["held_by"]} == {
+        "stall-holder (idle in transaction)"}, run.probes.get("held_by")
     zero_bins = [b for b in run.fine if b["tps"] == 0]
     assert len(zero_bins) >= 15  # the 100 ms bins see the 2.5 s wait too
 

@@ -146,6 +146,21 @@ def test_live_chart_draws_its_first_point_at_once_then_at_most_once_a_second(clo
     assert key.showlegend
 
 
+def test_live_chart_says_who_holds_the_lock_every_client_waits_for(clock):
+    chart = charts.LiveChart("demo", ["waits"])
+    chart.add_progress(Progress(t=1, tps=100.0, lat_ms=1.0, stddev_ms=0.1))
+    chart.add_samples({"held_by": [{"t": 1.5, "clients": 8, "holders": "T1 (idle in transaction)"}]})
+    clock.now += 1.0
+    chart.add_progress(Progress(t=2, tps=0.0, lat_ms=None, stddev_ms=None))
+    assert chart.figure.layout.title.text == (
+        "demo · 2 s so far · every client waits for a lock held by T1 (idle in transaction)")
+    for t in (3, 4, 5):  # released: no more samples, the notice goes
+        clock.now += 1.0
+        chart.add_progress(Progress(t=t, tps=100.0, lat_ms=1.0, stddev_ms=0.1))
+    assert chart.figure.layout.title.text == "demo · 5 s so far"
+    assert "held_by" not in [annotation.text for annotation in chart.figure.layout.annotations]
+
+
 def test_live_chart_samples_alone_redraw_once_a_second(clock):
     chart = charts.LiveChart("demo", ["waits"])
     chart.add_progress(Progress(t=1, tps=100.0, lat_ms=None, stddev_ms=None))
