@@ -67,7 +67,8 @@ class LiveView:
             return
         self._frame(bundle)  # inside a panel's own output, the update below does not reach the page
         # a plotly Figure ignores display ids when shown directly: send its bundle instead
-        self.handle.update(bundle, raw=True)
+        if self.handle is not None:  # (None: no IPython display, e.g. a panel driven from a script)
+            self.handle.update(bundle, raw=True)
 
     def stopped(self, why: str) -> None:
         """The run ended without a record to draw (interrupted, failed, or an error in labkit)."""
@@ -77,7 +78,8 @@ class LiveView:
 
         message = HTML(f"<b>{html.escape(self.name)}</b>: {html.escape(why)}")
         self._frame({"text/html": message.data, "text/plain": f"{self.name}: {why}"})
-        self.handle.update(message)
+        if self.handle is not None:
+            self.handle.update(message)
 
 
 class Printer:

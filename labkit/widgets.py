@@ -10,12 +10,23 @@ from __future__ import annotations
 from .errors import LabkitError
 
 
+def panel_run_name(base: str, clients: int, knobs: dict) -> str:
+    """A panel run's name: the panel's name (and method), the clients, then each knob's value.
+
+    >>> panel_run_name("explore-advisory", 64, {"rows": 1000, "limit": "64kB"})
+    'explore-advisory-c64-rows-1000-limit-64kB'
+    """
+    return "-".join([base, f"c{clients}", *(f"{label}-{value}" for label, value in knobs.items())])
+
+
 def panel(lab, script: str | dict[str, str], *, name: str = "explore", clients: tuple[int, int] = (1, 64), duration: tuple[int, int] = (2, 60),
           knobs: dict | None = None, before=None, probes=None, work: str | None = None, mode: str = "simple"):
     """A panel that runs ``script`` with the chosen clients, duration and knobs.
 
-    script: one pgbench script, or ``{"method": script}`` for a dropdown of methods (the run is
-        then named ``<name>-<method>``).
+    script: one pgbench script, or ``{"method": script}`` for a dropdown of methods.
+
+    Each run is named by what was chosen (:func:`panel_run_name`), and its record keeps each knob's
+    value in ``extra`` (a column of ``lab.runs()``), so panel runs can be told apart and compared.
 
     knobs: ``{"label": [choices]}`` gives a dropdown, ``{"label": (low, high)}`` an integer slider.
         Each knob's value reaches the script as a pgbench variable (``:label``) and ``before``.
@@ -54,6 +65,7 @@ def panel(lab, script: str | dict[str, str], *, name: str = "explore", clients: 
             return
         values = {label: widget.value for label, widget in knob_widgets.items()}
         text, run_name = (script[methods.value], f"{name}-{methods.value}") if methods else (script, name)
+        run_name = panel_run_name(run_name, count, values)
         message.value = f"Running {run_name} with {count} clients for {seconds.value} s ..."
         button.disabled = True
         output.clear_output()
@@ -64,6 +76,7 @@ def panel(lab, script: str | dict[str, str], *, name: str = "explore", clients: 
                 options = [item for label, value in values.items() for item in ("-D", f"{label}={value}")]
                 run = lab.pgbench(text, name=run_name, clients=count, duration=seconds.value, options=options,
                                   probes=probes, live=True, work=work, mode=mode)
+                run.note(**values)  # one column each in lab.runs()
             goodput = f", goodput {run.extra['goodput']:,.0f}/s" if "goodput" in run.extra else ""
             message.value = f"{run_name}: {run.tps:,.0f} tps{goodput} with {count} clients (saved)."
         except LabkitError as error:
@@ -78,4 +91,5 @@ def panel(lab, script: str | dict[str, str], *, name: str = "explore", clients: 
     box.message = message
     box.clients = client_box
     box.methods = methods
+    box.knobs = knob_widgets
     return box

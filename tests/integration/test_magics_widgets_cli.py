@@ -82,7 +82,7 @@ def test_panel_with_methods_names_the_run(lab, hot_row):
                 clients=(1, 2), duration=(1, 1), work="select n from hot where id = 1")
     box.methods.value = "two"
     box.run()
-    assert box.message.value.startswith("pick-two:") and "goodput 0/s" in box.message.value
+    assert box.message.value.startswith("pick-two-c2:") and "goodput 0/s" in box.message.value
 
 
 def test_panel_refuses_out_of_range_and_runs(lab, hot_row):
@@ -92,8 +92,12 @@ def test_panel_refuses_out_of_range_and_runs(lab, hot_row):
     box.run()
     assert "between 1 and 4" in box.message.value
     box.clients.value = 2
+    box.knobs["step"].value = 2
     box.run()
-    assert box.message.value.startswith("panel:") and "tps with 2 clients" in box.message.value
+    assert box.message.value.startswith("panel-c2-step-2:") and "tps with 2 clients" in box.message.value
+    run = lab.records(["panel-c2-step-2"])[0]  # the record is named by the choices and keeps them
+    assert run.clients == 2 and run.extra["step"] == 2
+    assert lab.runs().set_index("run").loc["panel-c2-step-2", "step"] == 2
 
 
 def test_cli_status_and_pgbench(tmp_path):
