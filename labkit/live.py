@@ -92,11 +92,10 @@ class Printer:
         print(line, flush=True)
 
     def samples(self, fresh: dict[str, list[dict]]) -> None:
-        holders = fresh.get(HELD_BY, [{}])[-1].get("holders")
-        if holders and holders != self.held_by:
-            print(f"every client waits for a lock held by {holders}", flush=True)
-        if HELD_BY in fresh:
-            self.held_by = holders
+        for row in fresh.get(HELD_BY, []):  # said once per holder, not once a second
+            if row["holders"] != self.held_by:
+                print(f"every client waits for a lock held by {row['holders']}", flush=True)
+                self.held_by = row["holders"]
 
 
 def probe_names(probes, work: str | None) -> list[str]:

@@ -102,7 +102,7 @@ def interrupt(process: subprocess.Popen, grace_s: float = INTERRUPT_GRACE_S) -> 
     """Ask ``process`` to stop as an interactive Ctrl+C would; kill it if it has not within ``grace_s``."""
     if process.poll() is None:
         try:
-            process.send_signal(signal.CTRL_BREAK_EVENT if WINDOWS else signal.SIGINT)  # each OS its own
+            process.send_signal(signal.CTRL_BREAK_EVENT if WINDOWS else signal.SIGINT)  # posix-only: SIGINT; Windows: Ctrl+Break
         except (OSError, ValueError):
             grace_s = 0  # no console to share (a Windows kernel often has none): end it at once
     try:
