@@ -2,7 +2,11 @@
 
 import pytest
 
+import labkit
 from labkit import records
+from labkit.sessions import Result, Waiting
+
+from .steps import replay, tagged_steps
 
 pytestmark = pytest.mark.integration
 
@@ -67,3 +71,23 @@ def test_the_sweep_covers_every_method(lab_runs):
     assert set(by_method) == set(METHODS)
     assert len({frozenset(c) for c in by_method.values()}) == 1 and len(by_method["plain"]) >= 3
     assert all("goodput" in run.extra for run in runs.values())
+
+
+def test_at_the_sell_out_only_the_session_already_queued_waits():
+    """The notebook's three-session sell-out: T2 queued before it waits, T3 arriving after takes no lock."""
+    lab = labkit.start("test-02-sellout", fresh=True)
+    try:
+        outcomes = replay(lab, tagged_steps("02-flash-sale", "schema") + tagged_steps("02-flash-sale", "sellout"))
+    finally:
+        lab.close()
+    waits = [o for o in outcomes if isinstance(o, Waiting)]
+    assert [(w.session, w.blocked_by) for w in waits] == [("T2", ("T1",))]
+    # T2 queued while T1 sold the last unit; after T1's commit it rechecks cnt > 0 and sells nothing
+    t2 = [o for o in outcomes if isinstance(o, Result) and o.session == "T2"]
+    assert len(t2) == 1 and t2[0].statuses[-1] == "UPDATE 0"
+    # T3 starts after the sell-out while T1 holds the row: it does not wait, and matches nothing
+    t3 = [o for o in outcomes if isinstance(o, Result) and o.session == "T3" and "update tbl" in o.sql]
+    assert len(t3) == 1 and t3[0].statuses[-1] == "UPDATE 0"
+    locks = next(o.frame for o in outcomes if isinstance(o, Result) and "pg_locks" in o.sql)
+    assert set(locks["locktype"]) == {"relation", "virtualxid"}  # no tuple, no transactionid
+    assert locks["xid"].isna().all()  # it wrote nothing, so it has no transaction id

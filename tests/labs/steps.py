@@ -1,0 +1,47 @@
+"""A lab's multi-session demonstration, replayed step by step from the notebook's own cells.
+
+The cells of a demonstration carry a tag (e.g. ``sellout``). Each is a ``%%sql`` cell, with or
+without ``--session NAME``; replaying them through labkit's sessions, the way the ``%%sql`` magic
+runs them, checks that the notebook's SQL does what its text says, against a real PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+
+@dataclass(frozen=True)
+class Step:
+    session: str
+    sql: str
+
+
+def tagged_steps(notebook: str, tag: str) -> list[Step]:
+    """The ``%%sql`` cells tagged ``tag``, in notebook order."""
+    nb = nbformat.read(NOTEBOOKS / f"{notebook}.ipynb", as_version=4)
+    steps = []
+    for cell in nb.cells:
+        if tag not in cell.get("metadata", {}).get("tags", []):
+            continue
+        first, _, body = cell.source.partition("\n")
+        words = shlex.split(first)
+        assert words[0] == "%%sql", f"{notebook}: a cell tagged {tag} is not a %%sql cell: {first}"
+        session = words[words.index("--session") + 1] if "--session" in words else "main"
+        steps.append(Step(session, body))
+    assert steps, f"{notebook} has no cell tagged {tag}"
+    return steps
+
+
+def replay(lab, steps: list[Step]) -> list:
+    """Run each step in its session; a step's outcome, then any background statement it released."""
+    outcomes = []
+    for step in steps:
+        outcomes.append(lab.session(step.session).run(step.sql))
+        outcomes.extend(lab.sessions.finished_elsewhere(step.session, settle_s=2.0))
+    return outcomes
