@@ -234,7 +234,8 @@ class Lab:
     def pgbench(self, script: str = "", *, name: str = "run", clients: int | None = None,
                 duration: float | None = None, transactions: int | None = None, jobs: int | None = None,
                 mode: str | None = None, options: str | list[str] = (), probes: list[Probe] | None = None,
-                live: bool | None = None, work: str | None = None, perf: bool = False, hold_sessions: bool = False):
+                live: bool | None = None, work: str | None = None, perf: bool = False, hold_sessions: bool = False,
+                setup: str | None = None):
         """Run ``script`` with pgbench; returns the :class:`~labkit.records.Run` (also saved).
 
         ``options`` takes any other pgbench option as on the command line (e.g. ``"-D n=5 -R 500"``).
@@ -247,20 +248,24 @@ class Lab:
         A run does not start while one of this notebook's sessions sits idle in a transaction (its
         clients would wait behind that session's locks); ``hold_sessions`` runs anyway, for an
         experiment that keeps a transaction open on purpose.
+        ``setup`` is SQL run just before pgbench starts (e.g. ``call refill(20000)``), so that a run
+        can be repeated alone.
         """
         if transactions is None and duration is None:
             duration = self.profile.duration_s
         spec = pgbench.parse_options(options, script=script, name=name, clients=clients or self.profile.clients,
                                      duration_s=duration, transactions=transactions, jobs=jobs, mode=mode)
-        return self.run_spec(spec, probes=probes, live=live, work=work, perf=perf, hold_sessions=hold_sessions)
+        return self.run_spec(spec, probes=probes, live=live, work=work, perf=perf, hold_sessions=hold_sessions,
+                             setup=setup)
 
     @_server_must_answer
     def run_spec(self, spec: pgbench.Spec, *, probes: list[Probe] | None = None, live: bool | None = None,
                  work: str | None = None, perf: bool = False, observer: runner.Observer | None = None,
-                 hold_sessions: bool = False):
+                 hold_sessions: bool = False, setup: str | None = None):
         """Run a checked :class:`~labkit.pgbench.Spec` (what ``%%pgbench`` does).
 
         ``observer`` hears the progress instead of the live chart (e.g. :class:`labkit.live.Printer`).
+        ``setup`` runs in the notebook's main session after the open-session check, before pgbench.
         """
         from . import live as live_module
 
@@ -269,6 +274,8 @@ class Lab:
             if open_now:
                 raise UsageError(f"Not started: {open_now[0].message()} Or run with --hold-sessions "
                                  "(hold_sessions=True) to keep it open on purpose.")
+        if setup:
+            self.sql(setup)
         probes = [WAIT_EVENTS] if probes is None else list(probes)
         view = None
         if observer is None and (live if live is not None else live_module.in_notebook()):

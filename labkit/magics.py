@@ -30,7 +30,7 @@ from .sessions import Failed, Result, Waiting, duration_s
 # With --lock-timeout up to this long, the cell waits for the timeout instead of returning early.
 MAX_CELL_WAIT_S = 30
 # Options of %%pgbench that are labkit's, not pgbench's.
-_LABKIT_OPTIONS = ("--probes", "--work")
+_LABKIT_OPTIONS = ("--probes", "--work", "--setup")
 _LABKIT_FLAGS = ("--no-waits", "--hold-sessions")
 
 
@@ -126,23 +126,29 @@ class LabMagics(Magics):
         --work VAR: VAR holds SQL returning the work done so far (one number); the run then
         records goodput beside tps and the live chart draws it. --no-waits: no wait-event probe.
         --hold-sessions: run even while a session of this notebook is idle in a transaction.
+        --setup VAR: VAR holds SQL run just before pgbench starts (e.g. refilling a queue), so the
+        cell can be run again alone.
         """
         lab = _current_lab()
         try:
             words, chosen, flags = split_labkit_options(pgbench.split_options(line))
             probes = [] if "--no-waits" in flags else [WAIT_EVENTS]
             probes += [self._probe(name) for value in chosen.get("--probes", []) for name in value.split(",") if name]
-            work = self._work(chosen["--work"][-1]) if "--work" in chosen else None
+            work = self._sql_variable("--work", chosen["--work"][-1], "select count(*) from done") \
+                if "--work" in chosen else None
+            setup = self._sql_variable("--setup", chosen["--setup"][-1], "call refill(1000)") \
+                if "--setup" in chosen else None
             spec = pgbench.parse_options(words, script=cell)
-            return lab.run_spec(spec, probes=probes, work=work, hold_sessions="--hold-sessions" in flags)
+            return lab.run_spec(spec, probes=probes, work=work, hold_sessions="--hold-sessions" in flags,
+                                setup=setup)
         except LabkitError as error:
             raise _for_student(error) from None
 
-    def _work(self, name: str) -> str:
+    def _sql_variable(self, option: str, name: str, example: str) -> str:
         value = self.shell.user_ns.get(name)
         if not isinstance(value, str) or not value.strip():
-            raise IPythonUsageError(f"--work {name}: define it first as SQL counting the work done, "
-                                    f"e.g. {name} = 'select count(*) from done'")
+            what = "counting the work done" if option == "--work" else "to run before pgbench"
+            raise IPythonUsageError(f"{option} {name}: define it first as SQL {what}, e.g. {name} = '{example}'")
         return value
 
     def _probe(self, name: str) -> Probe:

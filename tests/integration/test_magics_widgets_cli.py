@@ -70,6 +70,16 @@ def test_pgbench_magic_records_goodput(shell, hot_row):
         shell.run_cell_magic("pgbench", "-c 1 -T 1 --work broken", "select 1;")
 
 
+def test_pgbench_magic_runs_its_setup_first(shell, lab, hot_row):
+    lab.sql("update hot set n = 1000 where id = 1")
+    shell.user_ns["restart_count"] = "update hot set n = 0 where id = 1"
+    run = shell.run_cell_magic("pgbench", "-c 2 -t 50 --name counted --setup restart_count",
+                               "update hot set n = n + 1 where id = 1;")
+    assert lab.value("select n from hot where id = 1") == run.transactions == 100
+    with pytest.raises(IPythonUsageError, match="--setup nothing: define it first as SQL to run before pgbench"):
+        shell.run_cell_magic("pgbench", "-c 1 -T 1 --setup nothing", "select 1;")
+
+
 def test_sql_magic_waits_out_a_short_lock_timeout(shell, hot_row, capsys):
     shell.run_cell_magic("sql", "--session W1", "begin; update hot set n = n + 1 where id = 1;")
     shell.run_cell_magic("sql", "--session W2 --lock-timeout 500ms", "update hot set n = n + 1 where id = 1;")

@@ -2,6 +2,11 @@
 
 import pytest
 
+import labkit
+from labkit.sessions import Result, Waiting
+
+from .steps import replay, tagged_steps
+
 pytestmark = pytest.mark.integration
 
 METHODS = ["for-update", "skip-locked", "advisory", "advisory-fixed", "advisory-partitioned"]
@@ -37,3 +42,43 @@ def test_partitions_beat_for_update_and_read_less(lab_runs):
     runs = lab_runs("03-queue", METHODS)
     assert runs["advisory-partitioned"].extra["goodput"] > runs["for-update"].extra["goodput"]
     assert runs["advisory-partitioned"].extra["index_reads_per_order"] < runs["for-update"].extra["index_reads_per_order"]
+
+
+@pytest.fixture(scope="module")
+def queue_lab():
+    lab = labkit.start("test-03-queue", fresh=True)
+    lab.sql("create extension if not exists pageinspect; create extension if not exists pgstattuple; "
+            "create extension if not exists pg_stat_statements")
+    replay(lab, tagged_steps("03-queue", "schema"))
+    yield lab
+    lab.close()
+
+
+def _frames(outcomes, text):
+    return [frame for o in outcomes if isinstance(o, Result) and text in o.sql for frame in o.frames]
+
+
+def test_the_advisory_race_step_by_step_consumes_nothing(queue_lab):
+    """The notebook's two sessions: T2's snapshot predates T1's commit, it gets the lock, deletes 0 rows."""
+    outcomes = replay(queue_lab, tagged_steps("03-queue", "race"))
+    plan = "\n".join(_frames(outcomes, "explain")[0].iloc[:, 0])
+    assert "Index Scan using t_order_q_pkey" in plan  # one lock at a time, in id order
+    waits = [o for o in outcomes if isinstance(o, Waiting)]
+    assert [(w.session, w.blocked_by) for w in waits] == [("T2", ("T1",))] and "advisory" in waits[0].wait_event
+    t2 = [o.statuses[-1] for o in outcomes if isinstance(o, Result) and o.session == "T2"]
+    assert t2 == ["INSERT 0 1", "INSERT 0 0"]  # passes T1 at once, then loses the race
+    counts = _frames(outcomes, "left_in_queue")[-1].iloc[0]
+    assert (counts["recorded"], counts["left_in_queue"]) == (2, 998)
+
+
+def test_a_scan_prunes_the_deleted_rows_and_vacuum_frees_their_pointers(queue_lab):
+    outcomes = replay(queue_lab, tagged_steps("03-queue", "prune"))
+    pages = [frame.iloc[0] for frame in _frames(outcomes, "line_pointers('t_order_q')") if "dead_pointers" in frame]
+    after_delete, after_pgstattuple, after_pick, after_vacuum = pages
+    assert (after_delete["deleted"], after_delete["dead_pointers"]) == (50, 0)
+    assert after_pgstattuple.equals(after_delete)  # pgstattuple reads without pruning
+    assert (after_pick["deleted"], after_pick["dead_pointers"]) == (0, 50)  # pruned by the pick's scan
+    assert after_pick["free_bytes"] > after_delete["free_bytes"] + 50 * 40
+    assert (after_vacuum["dead_pointers"], after_vacuum["unused"]) == (0, 50)
+    marked = _frames(outcomes, "bt_page_items")[0].iloc[0]
+    assert marked["index_entries_marked_dead"] == 50
