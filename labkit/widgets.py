@@ -7,7 +7,9 @@ refused in the panel with a message, before anything starts.
 
 from __future__ import annotations
 
-from .errors import LabkitError
+import inspect
+
+from .errors import LabkitError, UsageError
 
 
 def panel_run_name(base: str, clients: int, knobs: dict) -> str:
@@ -17,6 +19,25 @@ def panel_run_name(base: str, clients: int, knobs: dict) -> str:
     'explore-advisory-c64-rows-1000-limit-64kB'
     """
     return "-".join([base, f"c{clients}", *(f"{label}-{value}" for label, value in knobs.items())])
+
+
+def _check_before(before, knobs: dict) -> None:
+    """Refuse, when the panel is made, a ``before`` that could not be called as ``before(lab, **knobs)``.
+
+    >>> _check_before(lambda lab, rows: None, {"rows": [1, 10]})
+    >>> _check_before(lambda rows: None, {"rows": [1, 10]})
+    Traceback (most recent call last):
+    ...
+    labkit.errors.UsageError: before= must accept the lab and each knob as before(lab, rows=...): got multiple values for argument 'rows'
+    """
+    if before is None:
+        return
+    try:
+        inspect.signature(before).bind(None, **{label: None for label in knobs})
+    except TypeError as error:
+        example = ", ".join(f"{label}=..." for label in knobs)
+        raise UsageError(f"before= must accept the lab and each knob as before(lab{', ' if example else ''}{example}): "
+                         f"{error}") from None
 
 
 def panel(lab, script: str | dict[str, str], *, name: str = "explore", clients: tuple[int, int] = (1, 64), duration: tuple[int, int] = (2, 60),
@@ -36,6 +57,7 @@ def panel(lab, script: str | dict[str, str], *, name: str = "explore", clients: 
     import ipywidgets as w
 
     knobs = knobs or {}
+    _check_before(before, knobs)
     low, high = clients
     default_clients = min(max(lab.profile.clients, low), high)
     client_box = w.BoundedIntText(value=default_clients, min=1, max=100_000, description="clients")
