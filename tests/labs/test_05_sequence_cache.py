@@ -2,7 +2,11 @@
 
 import pytest
 
+import labkit
 from labkit import perf
+from labkit.sessions import Result
+
+from .steps import replay, tagged_steps
 
 pytestmark = pytest.mark.integration
 
@@ -39,3 +43,19 @@ def test_the_profiled_runs_say_where_the_time_went_or_why_not(lab_runs):
         if figures["call_graph"] == "dwarf":
             assert any("nextval_internal" in stack for stack in figures["folded"])
         assert "s_lock_pct" in run.extra and "lwlock_pct" in run.extra
+
+
+def test_cache_1_visits_the_shared_buffer_on_every_call():
+    """The notebook's nextval_cost: per 1,000 calls, buffer visits and WAL records, on any OS."""
+    lab = labkit.start("test-05-cost", fresh=True)
+    try:
+        steps = tagged_steps("05-sequence-cache", "schema") + tagged_steps("05-sequence-cache", "cost")
+        replay(lab, steps)
+        outcomes = replay(lab, steps[-1:])  # again: without the first call's catalog lookups
+    finally:
+        lab.close()
+    table = next(o.frame for o in outcomes if isinstance(o, Result) and o.frame is not None).set_index("sequence")
+    one, hundred = table.loc["s1"], table.loc["s100"]
+    assert one["buffer_visits"] >= 1000 and one["buffer_visits"] >= 10 * hundred["buffer_visits"]
+    assert 1000 // 33 <= one["wal_records"] <= 1000 // 33 + 2  # one record per 33 calls (32 logged ahead)
+    assert hundred["wal_records"] <= 1000 // 100 + 1  # one per refill of 100
