@@ -545,6 +545,20 @@ class LiveChart:
                     _add(self.figure, _probe_trace(trace_name, x, y, color), self.rows.index(name) + 1)
 
 
+def probe_over_time(runs: list[Run], probe: str, column: str, *, title: str | None = None):
+    """One probe column of several runs on one time axis, each run in its colour (e.g. an index's size)."""
+    go, _ = _go()
+    figure = style.apply(go.Figure())
+    for run in runs:
+        samples = [row for row in run.probes.get(probe, []) if isinstance(row.get(column), (int, float))]
+        figure.add_trace(go.Scatter(x=[row["t"] for row in samples], y=[row[column] for row in samples],
+                                    name=run.label, mode="lines+markers", marker_size=4,
+                                    line=dict(color=run_color(run), width=2)))
+    figure.update_layout(title=title or f"{probe}: {column}", height=360,
+                         xaxis_title="seconds since the run started", yaxis_title=column)
+    return figure
+
+
 def compare(runs: list[Run], *, metric: str = "tps", title: str | None = None):
     """Several runs, each in its colour: tps per second over time (top) and one bar each (below).
 

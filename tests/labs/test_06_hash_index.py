@@ -18,3 +18,12 @@ def test_the_hash_index_stays_smaller_than_the_btree(lab_runs):
     runs = lab_runs("06-hash-index", ["hash", "btree"])
     assert runs["hash"].extra["index_bytes_before"] < runs["btree"].extra["index_bytes_before"]
     assert runs["hash"].extra["index_bytes_after"] < runs["btree"].extra["index_bytes_after"]
+
+
+def test_neither_index_takes_a_heavyweight_page_lock(lab_runs):
+    """Since PostgreSQL 10 a hash index coordinates with buffer locks only: pg_locks, sampled during the run, agrees."""
+    runs = lab_runs("06-hash-index", ["hash", "btree"])
+    for name in ("hash", "btree"):
+        run = runs[name]
+        assert run.extra["lock_samples"] >= 2 * run.duration_s - 2, name  # the probe did sample the run
+        assert run.extra["index_page_locks_max"] == 0, name

@@ -257,3 +257,14 @@ def test_every_figure_has_the_labkit_style():
         assert figure.layout.template.layout.colorway == style.template().layout.colorway
     icicle = style.styled(lambda: go.Figure().update_layout(template="plotly_white"))()
     assert icicle.layout.template.layout.font.family == style.FONT
+
+
+def test_probe_over_time_draws_each_run_in_its_colour_and_skips_empty_samples():
+    hash_run, btree_run = make_run(name="hash"), make_run(name="btree")
+    hash_run.probes["index"] = [{"t": 0.0, "index_mb": 2.0}, {"t": 1.0, "index_mb": None}, {"t": 2.0, "index_mb": 4.0}]
+    btree_run.probes["index"] = [{"t": 0.0, "index_mb": 3.0}]
+    figure = charts.probe_over_time([hash_run, btree_run], "index", "index_mb")
+    assert [trace.name for trace in figure.data] == [hash_run.label, btree_run.label]
+    assert list(figure.data[0].x) == [0.0, 2.0] and list(figure.data[0].y) == [2.0, 4.0]
+    assert figure.data[0].line.color == charts.run_color(hash_run) != figure.data[1].line.color
+    assert figure.layout.xaxis.title.text == "seconds since the run started"
