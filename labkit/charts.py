@@ -545,8 +545,11 @@ class LiveChart:
                     _add(self.figure, _probe_trace(trace_name, x, y, color), self.rows.index(name) + 1)
 
 
-def probe_over_time(runs: list[Run], probe: str, column: str, *, title: str | None = None):
-    """One probe column of several runs on one time axis, each run in its colour (e.g. an index's size)."""
+def probe_over_time(runs: list[Run], probe: str, column: str, *, title: str | None = None, log_y: bool = False):
+    """One probe column of several runs on one time axis, each run in its colour (e.g. an index's size).
+
+    ``log_y`` draws the values on a log axis, for runs whose values differ by orders of magnitude.
+    """
     go, _ = _go()
     figure = style.apply(go.Figure())
     for run in runs:
@@ -556,6 +559,8 @@ def probe_over_time(runs: list[Run], probe: str, column: str, *, title: str | No
                                     line=dict(color=run_color(run), width=2)))
     figure.update_layout(title=title or f"{probe}: {column}", height=360,
                          xaxis_title="seconds since the run started", yaxis_title=column)
+    if log_y:
+        figure.update_yaxes(type="log", dtick="D2")
     return figure
 
 

@@ -268,3 +268,5 @@ def test_probe_over_time_draws_each_run_in_its_colour_and_skips_empty_samples():
     assert list(figure.data[0].x) == [0.0, 2.0] and list(figure.data[0].y) == [2.0, 4.0]
     assert figure.data[0].line.color == charts.run_color(hash_run) != figure.data[1].line.color
     assert figure.layout.xaxis.title.text == "seconds since the run started"
+    assert figure.layout.yaxis.type is None
+    assert charts.probe_over_time([hash_run], "index", "index_mb", log_y=True).layout.yaxis.type == "log"
