@@ -85,8 +85,9 @@ def _queue(profile):
 
 
 def _hot(profile):
-    runs = _newest("04-hot-updates", profile, ["expression-index", "no-expression-index"])
-    return runs and charts.compare(runs, title="Lab 04: the same updates with and without an expression index")
+    runs = _newest("04-hot-updates", profile, ["expression-index", "no-expression-index", "generated-column"])
+    return runs and charts.compare(runs, title="Lab 04: the same updates with an expression index, without it, "
+                                               "and with a stored generated column")
 
 
 def _sequence(profile):
