@@ -53,14 +53,16 @@ def test_lab_settings_and_no_network(lab):
 
 
 def test_setting_that_needs_a_restart(lab):
-    before = int(lab.value("show max_connections"))
-    changed = lab.set(max_connections=before + 5)
-    assert changed.loc[0, "restarted"]
-    assert int(changed.loc[0, "after"]) == before + 5
-    assert int(lab.value("show max_connections")) == before + 5
-    reloaded = lab.set(work_mem="8MB")
-    assert not reloaded.loc[0, "restarted"]
-    lab.set(max_connections=before)
+    before, work_mem = int(lab.value("show max_connections")), lab.value("show work_mem")
+    try:
+        changed = lab.set(max_connections=before + 5)
+        assert changed.loc[0, "restarted"]
+        assert int(changed.loc[0, "after"]) == before + 5
+        assert int(lab.value("show max_connections")) == before + 5
+        reloaded = lab.set(work_mem="8MB")
+        assert not reloaded.loc[0, "restarted"]
+    finally:  # the test session's later tests find the server as it was
+        lab.set(max_connections=before, work_mem=work_mem)
 
 
 def test_a_restart_never_stops_another_notebooks_run(lab):
@@ -73,7 +75,9 @@ def test_a_restart_never_stops_another_notebooks_run(lab):
         with pytest.raises(UsageError, match="restarts the server, which would stop the pgbench run of 02-flash-sale"):
             lab.set(max_connections=before + 5)
         assert not lab.settings("max_connections").loc[0, "pending_restart"]  # refused before anything changed
+        work_mem = lab.value("show work_mem")
         assert not lab.set(work_mem="8MB").loc[0, "restarted"]  # a reload is still fine
+        lab.set(work_mem=work_mem)
     finally:
         other.kill()
         other.wait()
