@@ -457,6 +457,12 @@ def start(notebook: str | None = None, *, profile: str | None = None, fresh: boo
         from .magics import register_once
 
         register_once()
+    from .live import in_notebook
+
+    if in_notebook():
+        # plotly loads its notebook renderers (and nbformat with them) on the first chart shown:
+        # 2-3 s that would otherwise delay the first run's live chart. Pay it here, once.
+        import plotly.io._renderers  # noqa: F401
     return lab
 
 
