@@ -554,9 +554,8 @@ def probe_over_time(runs: list[Run], probe: str, column: str, *, title: str | No
     figure = style.apply(go.Figure())
     for run in runs:
         samples = [row for row in run.probes.get(probe, []) if isinstance(row.get(column), (int, float))]
-        figure.add_trace(go.Scatter(x=[row["t"] for row in samples], y=[row[column] for row in samples],
-                                    name=run.label, mode="lines+markers", marker_size=4,
-                                    line=dict(color=run_color(run), width=2)))
+        figure.add_trace(_probe_trace(run.label, [row["t"] for row in samples], [row[column] for row in samples],
+                                      run_color(run)))
     figure.update_layout(title=title or f"{probe}: {column}", height=360,
                          xaxis_title="seconds since the run started", yaxis_title=column)
     if log_y:

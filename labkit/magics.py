@@ -134,21 +134,22 @@ class LabMagics(Magics):
             words, chosen, flags = split_labkit_options(pgbench.split_options(line))
             probes = [] if "--no-waits" in flags else [WAIT_EVENTS]
             probes += [self._probe(name) for value in chosen.get("--probes", []) for name in value.split(",") if name]
-            work = self._sql_variable("--work", chosen["--work"][-1], "select count(*) from done") \
-                if "--work" in chosen else None
-            setup = self._sql_variable("--setup", chosen["--setup"][-1], "call refill(1000)") \
-                if "--setup" in chosen else None
+            work = self._sql_variable("--work", chosen, "counting the work done", "select count(*) from done")
+            setup = self._sql_variable("--setup", chosen, "to run before pgbench", "call refill(1000)")
             spec = pgbench.parse_options(words, script=cell)
             return lab.run_spec(spec, probes=probes, work=work, hold_sessions="--hold-sessions" in flags,
                                 setup=setup)
         except LabkitError as error:
             raise _for_student(error) from None
 
-    def _sql_variable(self, option: str, name: str, example: str) -> str:
+    def _sql_variable(self, option: str, chosen: dict, purpose: str, example: str) -> str | None:
+        """The SQL held by the variable an option names (``--work done``), or None without the option."""
+        if option not in chosen:
+            return None
+        name = chosen[option][-1]
         value = self.shell.user_ns.get(name)
         if not isinstance(value, str) or not value.strip():
-            what = "counting the work done" if option == "--work" else "to run before pgbench"
-            raise IPythonUsageError(f"{option} {name}: define it first as SQL {what}, e.g. {name} = '{example}'")
+            raise IPythonUsageError(f"{option} {name}: define it first as SQL {purpose}, e.g. {name} = '{example}'")
         return value
 
     def _probe(self, name: str) -> Probe:

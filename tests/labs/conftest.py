@@ -8,14 +8,27 @@ alone), the fixture executes the notebook here under the ci profile, the way
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+import labkit
 from labkit import records
 from labkit.notebooks import execute
 
-NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+from .steps import NOTEBOOKS
+
+
+@pytest.fixture(scope="session")
+def fresh_lab():
+    """``fresh_lab("test-02-sellout")``: a lab with a new database, for replaying a notebook's steps; closed at the end."""
+    labs = []
+
+    def make(name: str):
+        labs.append(labkit.start(name, fresh=True))
+        return labs[-1]
+
+    yield make
+    for lab in labs:
+        lab.close()
 
 
 @pytest.fixture(scope="session")

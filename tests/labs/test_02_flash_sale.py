@@ -2,7 +2,6 @@
 
 import pytest
 
-import labkit
 from labkit import records
 from labkit.sessions import Result, Waiting
 
@@ -73,13 +72,10 @@ def test_the_sweep_covers_every_method(lab_runs):
     assert all("goodput" in run.extra for run in runs.values())
 
 
-def test_at_the_sell_out_only_the_session_already_queued_waits():
+def test_at_the_sell_out_only_the_session_already_queued_waits(fresh_lab):
     """The notebook's three-session sell-out: T2 queued before it waits, T3 arriving after takes no lock."""
-    lab = labkit.start("test-02-sellout", fresh=True)
-    try:
-        outcomes = replay(lab, tagged_steps("02-flash-sale", "schema") + tagged_steps("02-flash-sale", "sellout"))
-    finally:
-        lab.close()
+    lab = fresh_lab("test-02-sellout")
+    outcomes = replay(lab, tagged_steps("02-flash-sale", "schema") + tagged_steps("02-flash-sale", "sellout"))
     waits = [o for o in outcomes if isinstance(o, Waiting)]
     assert [(w.session, w.blocked_by) for w in waits] == [("T2", ("T1",))]
     # T2 queued while T1 sold the last unit; after T1's commit it rechecks cnt > 0 and sells nothing

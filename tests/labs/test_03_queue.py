@@ -2,7 +2,6 @@
 
 import pytest
 
-import labkit
 from labkit.sessions import Result, Waiting
 
 from .steps import replay, tagged_steps
@@ -45,13 +44,10 @@ def test_partitions_beat_for_update_and_read_less(lab_runs):
 
 
 @pytest.fixture(scope="module")
-def queue_lab():
-    lab = labkit.start("test-03-queue", fresh=True)
-    lab.sql("create extension if not exists pageinspect; create extension if not exists pgstattuple; "
-            "create extension if not exists pg_stat_statements")
+def queue_lab(fresh_lab):
+    lab = fresh_lab("test-03-queue")  # with labkit's extensions, as the notebook's own database
     replay(lab, tagged_steps("03-queue", "schema"))
-    yield lab
-    lab.close()
+    return lab
 
 
 def _frames(outcomes, text):

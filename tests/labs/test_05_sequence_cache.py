@@ -2,7 +2,6 @@
 
 import pytest
 
-import labkit
 from labkit import perf
 from labkit.sessions import Result
 
@@ -45,15 +44,12 @@ def test_the_profiled_runs_say_where_the_time_went_or_why_not(lab_runs):
         assert "s_lock_pct" in run.extra and "lwlock_pct" in run.extra
 
 
-def test_cache_1_visits_the_shared_buffer_on_every_call():
+def test_cache_1_visits_the_shared_buffer_on_every_call(fresh_lab):
     """The notebook's nextval_cost: per 1,000 calls, buffer visits and WAL records, on any OS."""
-    lab = labkit.start("test-05-cost", fresh=True)
-    try:
-        steps = tagged_steps("05-sequence-cache", "schema") + tagged_steps("05-sequence-cache", "cost")
-        replay(lab, steps)
-        outcomes = replay(lab, steps[-1:])  # again: without the first call's catalog lookups
-    finally:
-        lab.close()
+    lab = fresh_lab("test-05-cost")
+    steps = tagged_steps("05-sequence-cache", "schema") + tagged_steps("05-sequence-cache", "cost")
+    replay(lab, steps)
+    outcomes = replay(lab, steps[-1:])  # again: without the first call's catalog lookups
     table = next(o.frame for o in outcomes if isinstance(o, Result) and o.frame is not None).set_index("sequence")
     one, hundred = table.loc["s1"], table.loc["s100"]
     assert one["buffer_visits"] >= 1000 and one["buffer_visits"] >= 10 * hundred["buffer_visits"]
