@@ -26,6 +26,7 @@ A run, in one direction:
       -> pgbench.parse_options: a checked Spec (parsed once, checked once)    pgbench.py
       -> runner.PgbenchRunner: the process, probes (probes.py), interrupts    runner.py
            progress -> an Observer: live.LiveView (chart) or live.Printer (CLI)
+                       (the chart: livewidget.LiveFigure, one plot redrawn in place)
       -> outcome.record: outputs -> Run (pure, tested on recorded output)     outcome.py
       -> records.Run: saved as JSON, listed, compared                         records.py
       -> charts.timeline / compare / sweep: data in, plotly figure out        charts.py

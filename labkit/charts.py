@@ -436,6 +436,7 @@ class LiveChart:
         self._wait_slots = self._add_wait_slots() if "waits" in self.rows else []
         self._waits, self._waits_counted = WaitCounts(), 0
         self._planned = _planned_end_shapes(planned_s)
+        self.figure.layout.uirevision = "live"  # a zoom or a hidden series survives the next redraw
         if planned_s:
             self.figure.layout.shapes = self._planned
             self.figure.add_annotation(_planned_end_label(planned_s))

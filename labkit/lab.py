@@ -461,8 +461,13 @@ def start(notebook: str | None = None, *, profile: str | None = None, fresh: boo
 
     if in_notebook():
         # plotly loads its notebook renderers (and nbformat with them) on the first chart shown:
-        # 2-3 s that would otherwise delay the first run's live chart. Pay it here, once.
+        # 2-3 s that would otherwise delay the first run's live chart. Pay it here, once; and
+        # let the page load plotly.js for the live charts now, while nothing runs.
         import plotly.io._renderers  # noqa: F401
+
+        from .livewidget import plotly_in_page
+
+        plotly_in_page()
     return lab
 
 

@@ -23,10 +23,9 @@ def in_notebook() -> bool:
 class LiveView:
     """The live chart of one run, replaced by the final timeline when the run ends.
 
-    Each redraw is a new plotly figure in an :class:`ipywidgets.Output`, drawn by JupyterLab's
-    plotly renderer: the page loads plotly.js once, and a redraw sends only the figure. (A
-    plotly ``FigureWidget`` would send its 5 MB of JavaScript with every chart, and a browser
-    sharing a busy laptop's cores with the run evaluates it seconds late.)
+    The chart is a :class:`labkit.livewidget.LiveFigure` (one plot, redrawn in place) inside an
+    :class:`ipywidgets.Output`; when the run ends, the Output shows the final figure instead, as
+    JupyterLab's plotly renderer draws it, so it survives saving, HTML export and a closed kernel.
     """
 
     def __init__(self, name: str, clients: int, probe_names: list[str], *, planned_s: float | None = None):
@@ -34,18 +33,18 @@ class LiveView:
         from IPython.display import display
 
         from .charts import LiveChart
+        from .livewidget import LiveFigure, plotly_in_page
 
         self.name = name
         self.output = ipywidgets.Output()
+        self.widget = LiveFigure(loader=plotly_in_page())
         self.chart = LiveChart(f"{name}: {clients} clients, live", probe_names, name=name, planned_s=planned_s,
-                               publish=self._show)
-        self.handle = display(self.output, display_id=True)
-        self._show(self.chart.figure)
-
-    def _show(self, figure) -> None:
+                               publish=self.widget.show)
+        self.widget.show(self.chart.figure)
         # The widget's state is set from the kernel: no `with output:` (whose exit would swallow a
-        # Ctrl+C under IPython), and the page does not send each figure back to the kernel.
-        self._frame(figure._repr_mimebundle_())
+        # Ctrl+C under IPython), and the page does not send each frame back to the kernel.
+        self._frame(self.widget.bundle())
+        self.handle = display(self.output, display_id=True)
 
     def _frame(self, bundle: dict) -> None:
         self.output.outputs = ({"output_type": "display_data", "data": bundle, "metadata": {}},)
@@ -69,6 +68,7 @@ class LiveView:
         # a plotly Figure ignores display ids when shown directly: send its bundle instead
         if self.handle is not None:  # (None: no IPython display, e.g. a panel driven from a script)
             self.handle.update(bundle, raw=True)
+        self.widget.close()
 
     def stopped(self, why: str) -> None:
         """The run ended without a record to draw (interrupted, failed, or an error in labkit)."""
@@ -80,6 +80,7 @@ class LiveView:
         self._frame({"text/html": message.data, "text/plain": f"{self.name}: {why}"})
         if self.handle is not None:
             self.handle.update(message)
+        self.widget.close()
 
 
 class Printer:

@@ -61,6 +61,7 @@ def execute(path: Path, *, profile: str | None = None, output_dir: Path = Path("
         except CellExecutionError as failure:
             name, value = getattr(failure, "ename", ""), getattr(failure, "evalue", "")
             error = (f"{name}: {value}" if name else str(failure).strip().splitlines()[-1])[:300]
+    _drop_live_widgets(notebook)
     output_dir.mkdir(parents=True, exist_ok=True)
     target = output_dir / path.name
     nbformat.write(notebook, target)
@@ -72,6 +73,15 @@ def execute(path: Path, *, profile: str | None = None, output_dir: Path = Path("
         target = target.with_suffix(".html")
         target.write_text(body, encoding="utf-8")
     return NotebookResult(path, target, time.monotonic() - started, error)
+
+
+def _drop_live_widgets(notebook) -> None:
+    """Forget the live charts' widgets (and the page's copy of plotly.js, 4.8 MB) in the saved widget state."""
+    from .livewidget import TRANSIENT
+
+    states = notebook.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    for model_id in [key for key, model in states.items() if model.get("state", {}).get("role") == TRANSIENT]:
+        del states[model_id]
 
 
 _PLOTLY_CDN = re.compile(r'<script[^>]*src="https://cdn\.plot\.ly/[^"]*"[^>]*>\s*</script>')

@@ -2,8 +2,9 @@
 
 Checks from the page itself that every cell ran without an error, that the widget panel rendered,
 and that a live chart drew points while its pgbench cell was still running; prints how long after
-Shift+Enter each live chart drew its first point; saves screenshots. Needs Chromium (Debian:
-``apt-get install chromium``) and the ``browser`` extra (playwright, used with that Chromium).
+Shift+Enter each live chart drew its first point, and how far behind the run it fell; saves
+screenshots. Needs Chromium (Debian: ``apt-get install chromium``) and the ``browser`` extra
+(playwright, used with that Chromium).
 """
 
 from __future__ import annotations
@@ -145,6 +146,7 @@ def test_a_student_runs_the_tour_in_jupyterlab(jupyterlab):
     base, token, root = jupyterlab
     seen_live = []  # (title of the live chart, prompt of its cell, points drawn) while a pgbench cell ran
     delays = []  # (run, seconds from Shift+Enter until the page drew the live chart's first point)
+    lags = {}  # run: the most seconds the drawn points fell behind one a second, while its cell ran
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -166,7 +168,7 @@ def test_a_student_runs_the_tour_in_jupyterlab(jupyterlab):
             is_code = "jp-CodeCell" in (cell.get_attribute("class") or "")
             watch = is_code and "%%pgbench" in (cell.query_selector(".jp-InputArea").text_content() or "")
             page.keyboard.press("Shift+Enter")
-            pressed, first_point = time.monotonic(), None
+            pressed, first_point, drawn = time.monotonic(), None, 0
             while is_code and time.monotonic() < deadline:
                 # One round trip: the cell's prompt and, if its live chart is drawn, plotly's own state.
                 prompt, title, points = cell.evaluate(LIVE_STATE)
@@ -175,6 +177,11 @@ def test_a_student_runs_the_tour_in_jupyterlab(jupyterlab):
                     if points and first_point is None:
                         first_point = time.monotonic() - pressed
                         delays.append((title.split(":")[0], round(first_point, 1)))
+                        lags[title.split(":")[0]] = 0.0
+                    if points > drawn and prompt == "[*]:":  # a point a second: how far the page is behind
+                        behind = time.monotonic() - pressed - first_point - (points - 1)
+                        lags[title.split(":")[0]] = max(lags[title.split(":")[0]], round(behind, 1))
+                    drawn = max(drawn, points)
                     if points >= 3 and prompt == "[*]:" and title.startswith("browser-live") \
                             and not (root / "00-start-here-live.png").exists():
                         page.screenshot(path=str(root / "00-start-here-live.png"))
@@ -203,6 +210,7 @@ def test_a_student_runs_the_tour_in_jupyterlab(jupyterlab):
     assert not errors, errors[0][:500]
     assert prompts and all(re.fullmatch(r"\[\d+\]:", text) for text in prompts), f"not every cell ran: {prompts}"
     print(f"first point on the page, seconds after Shift+Enter: {delays}")
+    print(f"most seconds the live chart fell behind the run: {lags}")
     running = [(title, points) for title, prompt, points in seen_live
                if prompt == "[*]:" and title.startswith("browser-live")]
     assert running, f"the live chart never showed progress while its cell ran (seen: {seen_live[-3:]})"
