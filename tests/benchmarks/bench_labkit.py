@@ -7,6 +7,8 @@
 2. Probe overhead: the same run with and without probes, and the time the probes spent querying.
 3. Kernel start to first query with the server already running, in a fresh Python process.
 4. First-ever start (a new LABKIT_HOME: initdb, start, create the database) to first query.
+5. One live-chart frame in the kernel: what the live widget sends (the figure's JSON) vs the
+   notebook output plotly's renderer would need (its mime bundle), for a 60 s run with waits.
 """
 
 from __future__ import annotations
@@ -102,10 +104,40 @@ def main() -> None:
               f"({median(probe_share) / args.seconds:.1f} per second)")
         print(f"first query, server running (s, median):          {median(warm):.2f}  {[round(v, 2) for v in warm]}  (goal <= 1 s)")
         print(f"first query, first-ever start (s, median):        {median(first_ever):.2f}  {[round(v, 2) for v in first_ever]}  (goal <= 5 s)")
+        widget_s, bundle_s, size = frame_cost(args.repeats * 5)
+        print(f"one live frame, widget JSON vs plotly bundle (ms): {widget_s * 1000:.0f} vs {bundle_s * 1000:.0f}  "
+              f"(ratio {bundle_s / widget_s:.1f}; {size / 1000:.0f} kB a frame)")
     finally:
         EmbeddedServer().stop(mode="immediate")
         shutil.rmtree(home, ignore_errors=True)
         shutil.rmtree(results, ignore_errors=True)
+
+
+def frame_cost(repeats: int) -> tuple[float, float, int]:
+    """Median seconds to make one frame of a 60 s live chart with 8 wait events: widget JSON, mime bundle."""
+    import time
+
+    import plotly.io
+
+    from labkit.charts import LiveChart
+    from labkit.pgbench import Progress
+
+    plotly.io.renderers.default = "plotly_mimetype"  # what a JupyterLab kernel uses
+    chart = LiveChart("bench", ["waits"], planned_s=60)
+    for second in range(1, 61):
+        chart.add_samples({"waits": [{"t": second - 1 + q / 4, "wait": f"LWLock: event{e}", "backends": e + 1}
+                                     for q in range(4) for e in range(8)]})
+        chart.add_progress(Progress(t=second, tps=1000.0 + second, lat_ms=1.0, stddev_ms=0.1))
+    chart._draw()
+    widget, bundle = [], []
+    for _ in range(repeats):  # alternating, side by side
+        started = time.perf_counter()
+        text = plotly.io.to_json(chart.figure, validate=False)
+        widget.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        chart.figure._repr_mimebundle_()
+        bundle.append(time.perf_counter() - started)
+    return statistics.median(widget), statistics.median(bundle), len(text)
 
 
 class ChartObserver:
