@@ -81,7 +81,8 @@ def _drop_live_widgets(notebook) -> None:
 
     states = notebook.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
     for model_id in [key for key, model in states.items() if model.get("state", {}).get("role") == TRANSIENT]:
-        del states[model_id]
+        layout = states.pop(model_id)["state"].get("layout", "")
+        states.pop(layout.removeprefix("IPY_MODEL_"), None)  # the widget's own Layout model
 
 
 _PLOTLY_CDN = re.compile(r'<script[^>]*src="https://cdn\.plot\.ly/[^"]*"[^>]*>\s*</script>')

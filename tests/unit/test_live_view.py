@@ -63,8 +63,8 @@ def test_an_executed_notebook_keeps_no_live_widget_state():
     import nbformat
 
     notebook = nbformat.v4.new_notebook()
-    state = {"loader": {"state": {"role": livewidget.TRANSIENT}}, "live": {"state": {"role": livewidget.TRANSIENT}},
-             "panel": {"state": {"description": "Run"}}}
+    state = {"loader": {"state": {"role": livewidget.TRANSIENT, "layout": "IPY_MODEL_l1"}}, "l1": {"state": {}},
+             "live": {"state": {"role": livewidget.TRANSIENT}}, "panel": {"state": {"description": "Run"}}}
     notebook.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": state}}
     notebooks._drop_live_widgets(notebook)
     assert list(notebook.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]) == ["panel"]
