@@ -6,6 +6,8 @@ progress and samples, and about the end of the run; it never calls back into the
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import sys
 
 from .probes import HELD_BY, WORK
@@ -20,12 +22,26 @@ def in_notebook() -> bool:
     return shell is not None and shell.__class__.__name__ == "ZMQInteractiveShell"
 
 
+_NESTED = contextvars.ContextVar("labkit_live_nested", default=False)
+
+
+@contextlib.contextmanager
+def nested():
+    """Live views made in this block are shown inside another Output (a panel's) and end there."""
+    token = _NESTED.set(True)
+    try:
+        yield
+    finally:
+        _NESTED.reset(token)
+
+
 class LiveView:
     """The live chart of one run, replaced by the final timeline when the run ends.
 
     The chart is a :class:`labkit.livewidget.LiveFigure` (one plot, redrawn in place) inside an
-    :class:`ipywidgets.Output`; when the run ends, the Output shows the final figure instead, as
-    JupyterLab's plotly renderer draws it, so it survives saving, HTML export and a closed kernel.
+    :class:`ipywidgets.Output`. When the run ends, the final figure takes the display's place (in a
+    panel, made inside :func:`nested`, the Output's), drawn by JupyterLab's plotly renderer, so it
+    survives saving, HTML export and a closed kernel; the widgets are then closed.
     """
 
     def __init__(self, name: str, clients: int, probe_names: list[str], *, planned_s: float | None = None):
@@ -36,8 +52,10 @@ class LiveView:
         from .livewidget import LiveFigure, plotly_in_page
 
         self.name = name
+        self.nested = _NESTED.get()
         self.output = ipywidgets.Output()
-        self.widget = LiveFigure(loader=plotly_in_page())
+        plotly_in_page()
+        self.widget = LiveFigure()
         self.chart = LiveChart(f"{name}: {clients} clients, live", probe_names, name=name, planned_s=planned_s,
                                publish=self.widget.show)
         self.widget.show(self.chart.figure)
@@ -64,11 +82,8 @@ class LiveView:
         except Exception as error:  # noqa: BLE001 - the run is recorded: a chart that fails must not hide it
             self.stopped(f"the run is recorded, but its chart could not be drawn ({type(error).__name__}: {error}).")
             return
-        self._frame(bundle)  # inside a panel's own output, the update below does not reach the page
         # a plotly Figure ignores display ids when shown directly: send its bundle instead
-        if self.handle is not None:  # (None: no IPython display, e.g. a panel driven from a script)
-            self.handle.update(bundle, raw=True)
-        self.widget.close()
+        self._end(bundle, lambda: self.handle.update(bundle, raw=True))
 
     def stopped(self, why: str) -> None:
         """The run ended without a record to draw (interrupted, failed, or an error in labkit)."""
@@ -77,10 +92,20 @@ class LiveView:
         from IPython.display import HTML
 
         message = HTML(f"<b>{html.escape(self.name)}</b>: {html.escape(why)}")
-        self._frame({"text/html": message.data, "text/plain": f"{self.name}: {why}"})
-        if self.handle is not None:
-            self.handle.update(message)
+        self._end({"text/html": message.data, "text/plain": f"{self.name}: {why}"}, lambda: self.handle.update(message))
+
+    def _end(self, bundle: dict, update) -> None:
+        """Show the end in place of the live view; close the widgets the page no longer shows."""
+        if self.nested or self.handle is None:
+            # inside a panel's own output the display update does not reach the page: the Output shows it
+            # (handle None: no IPython display, e.g. a panel driven from a script)
+            self._frame(bundle)
+            self.widget.close()
+            return
+        update()
         self.widget.close()
+        self.output.layout.close()
+        self.output.close()
 
 
 class Printer:

@@ -6,16 +6,17 @@ page fell seconds behind the run. :class:`LiveFigure` keeps one plot and hands e
 ``Plotly.react``, which redraws only what changed and keeps the student's zoom.
 
 plotly.js reaches the page once per kernel (:func:`plotly_in_page`), from the plotly package's own
-copy: nothing is fetched from the network, and a widget sends only its figure.
+copy: nothing is fetched from the network, and a widget sends only its figure. The loader is
+made before the first chart (by ``labkit.start()`` in a kernel), so the page has it first.
 """
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 from pathlib import Path
 
 import anywidget
-import ipywidgets
 import traitlets
 
 JS = Path(__file__).with_name("js")
@@ -28,6 +29,7 @@ class PlotlyLoader(anywidget.AnyWidget):
 
     _esm = JS / "plotly_loader.js"
     source = traitlets.Bytes().tag(sync=True)
+    version = traitlets.Unicode().tag(sync=True)  # a page that has this plotly.js already loads nothing
     role = traitlets.Unicode(TRANSIENT).tag(sync=True)
 
 
@@ -37,8 +39,6 @@ class LiveFigure(anywidget.AnyWidget):
     _esm = JS / "live_figure.js"
     figure = traitlets.Unicode("{}").tag(sync=True)
     role = traitlets.Unicode(TRANSIENT).tag(sync=True)
-    # Keeps the loader alive while a chart needs it (the page has it from the kernel's start).
-    loader = traitlets.Instance(PlotlyLoader, allow_none=True).tag(sync=True, **ipywidgets.widget_serialization)
 
     def bundle(self) -> dict:
         """The widget's view as display data, for an Output widget's ``outputs``."""
@@ -51,6 +51,11 @@ class LiveFigure(anywidget.AnyWidget):
 
         self.figure = plotly.io.to_json(figure, validate=False)
 
+    def close(self) -> None:
+        """Close the widget and its layout (both would otherwise stay in the kernel, one pair per run)."""
+        self.layout.close()
+        super().close()
+
 
 _LOADER: PlotlyLoader | None = None
 
@@ -60,5 +65,6 @@ def plotly_in_page() -> PlotlyLoader:
     global _LOADER
     if _LOADER is None:
         source = resources.files("plotly").joinpath("package_data", "plotly.min.js").read_bytes()
-        _LOADER = PlotlyLoader(source=source)
+        version = re.search(rb"plotly\.js v(\S+)", source[:200])
+        _LOADER = PlotlyLoader(source=source, version=version.group(1).decode() if version else "")
     return _LOADER

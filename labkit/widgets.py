@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 
+from . import live
 from .errors import LabkitError, UsageError
 
 
@@ -92,7 +93,7 @@ def panel(lab, script: str | dict[str, str], *, name: str = "explore", clients: 
         button.disabled = True
         output.clear_output()
         try:
-            with output:
+            with output, live.nested():
                 if before is not None:
                     before(lab, **values)
                 options = [item for label, value in values.items() for item in ("-D", f"{label}={value}")]

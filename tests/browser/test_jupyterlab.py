@@ -1,7 +1,8 @@
 """A real browser: JupyterLab headless, 00-start-here run cell by cell as a student would.
 
-Checks from the page itself that every cell ran without an error, that the widget panel rendered,
-and that a live chart drew points while its pgbench cell was still running; prints how long after
+Checks from the page itself that every cell ran without an error, that the widget panel rendered
+and runs (its live chart, then its final chart, inside the panel), that a live chart drew points
+while its pgbench cell was still running, and that a zoom survives its redraws; prints how long after
 Shift+Enter each live chart drew its first point, and how far behind the run it fell; saves
 screenshots. Needs Chromium (Debian: ``apt-get install chromium``) and the ``browser`` extra
 (playwright, used with that Chromium).
@@ -140,6 +141,42 @@ def _picture_of_output(cell, root: Path) -> None:
             time.sleep(0.2)
 
 
+def _x_range(cell) -> list[float]:
+    return cell.evaluate("cell => cell.querySelector('.js-plotly-plot')._fullLayout.xaxis.range.slice()")
+
+
+def _zoom(cell, page) -> list[float]:
+    """Drag across the left third of the live chart's top panel, as a student zooms in; the new x range."""
+    panel = cell.query_selector(".js-plotly-plot .nsewdrag")
+    panel.scroll_into_view_if_needed()
+    box = panel.bounding_box()
+    y = box["y"] + box["height"] / 2
+    page.mouse.move(box["x"] + 5, y)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] / 3, y, steps=5)
+    page.mouse.up()
+    page.wait_for_timeout(300)
+    return _x_range(cell)
+
+
+PANEL_TITLES = """button => [...button.closest('.jp-OutputArea-output').querySelectorAll('.js-plotly-plot')]
+    .map(plot => plot._fullLayout ? plot._fullLayout.title.text : '')"""
+
+
+def _run_panel(button) -> list[str]:
+    """Press the panel's Run; the titles of the charts in the panel until its final chart is drawn."""
+    button.scroll_into_view_if_needed()
+    button.click()
+    seen, deadline = [], time.monotonic() + 120
+    while time.monotonic() < deadline:
+        titles = button.evaluate(PANEL_TITLES)
+        seen += [title for title in titles if title not in seen]
+        if any(title.startswith("explore") and ", live" not in title for title in titles):
+            break
+        time.sleep(0.3)
+    return seen
+
+
 def test_a_student_runs_the_tour_in_jupyterlab(jupyterlab):
     from playwright.sync_api import sync_playwright
 
@@ -147,6 +184,7 @@ def test_a_student_runs_the_tour_in_jupyterlab(jupyterlab):
     seen_live = []  # (title of the live chart, prompt of its cell, points drawn) while a pgbench cell ran
     delays = []  # (run, seconds from Shift+Enter until the page drew the live chart's first point)
     lags = {}  # run: the most seconds the drawn points fell behind one a second, while its cell ran
+    zoomed, after_zoom = None, None  # the x range a drag in the live chart chose; that range a few redraws later
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -185,6 +223,9 @@ def test_a_student_runs_the_tour_in_jupyterlab(jupyterlab):
                     if points >= 3 and prompt == "[*]:" and title.startswith("browser-live") \
                             and not (root / "00-start-here-live.png").exists():
                         page.screenshot(path=str(root / "00-start-here-live.png"))
+                        zoomed = _zoom(cell, page), points  # the student zooms into the run's start
+                    elif zoomed and not after_zoom and title.startswith("browser-live") and points >= zoomed[1] + 2:
+                        after_zoom = zoomed[0], _x_range(cell), points  # ...and the next redraws keep that zoom
                 if re.fullmatch(r"\[\d+\]:", prompt):
                     break
                 time.sleep(0.2)
@@ -197,8 +238,7 @@ def test_a_student_runs_the_tour_in_jupyterlab(jupyterlab):
         errors = [e.text_content() for e in page.query_selector_all("[data-mime-type='application/vnd.jupyter.error']")]
         buttons = [e.text_content() for e in page.query_selector_all(".jupyter-widgets button, button.jupyter-button")]
         panel = page.query_selector("button.jupyter-button:has-text('Run')")
-        if panel:
-            panel.scroll_into_view_if_needed()
+        panel_titles = _run_panel(panel) if panel else []
         screenshot = root / "00-start-here.png"
         page.screenshot(path=str(screenshot))
         browser.close()
@@ -216,7 +256,12 @@ def test_a_student_runs_the_tour_in_jupyterlab(jupyterlab):
     assert running, f"the live chart never showed progress while its cell ran (seen: {seen_live[-3:]})"
     print(f"live chart while its cell ran: {len(running)} observations, e.g. {running[-1]}")
     assert any(points >= 2 for _, points in running), running[:5]
+    assert after_zoom, f"the live chart was not zoomed and redrawn while its cell ran (zoomed: {zoomed})"
+    assert after_zoom[0] == after_zoom[1] and after_zoom[0][1] < 15, f"a redraw undid the student's zoom: {after_zoom}"
     assert any("Run" in (text or "") for text in buttons), f"no panel button rendered ({buttons[:5]})"
+    # the panel's run: its live chart inside the panel, then its final chart in the same place
+    assert any("live" in title and "s so far" in title for title in panel_titles), panel_titles
+    assert panel_titles and ", live" not in panel_titles[-1], f"the panel's final chart was not drawn: {panel_titles}"
     assert screenshot.stat().st_size > 20_000
     assert {f"00-start-here-{name}" for name in PICTURES.values()} <= {p.name for p in root.glob("*.png")}, \
         f"a final chart did not render in the page: {sorted(p.name for p in root.glob('*.png'))}"
