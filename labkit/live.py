@@ -22,15 +22,19 @@ def in_notebook() -> bool:
     return shell is not None and shell.__class__.__name__ == "ZMQInteractiveShell"
 
 
-_NESTED = contextvars.ContextVar("labkit_live_nested", default=False)
+_NESTED: contextvars.ContextVar[list | None] = contextvars.ContextVar("labkit_live_nested", default=None)
 
 
 @contextlib.contextmanager
 def nested():
-    """Live views made in this block are shown inside another Output (a panel's) and end there."""
-    token = _NESTED.set(True)
+    """Live views made in this block are shown inside another Output (a panel's) and end there.
+
+    Yields the list of those views: :meth:`LiveView.close` them when that Output is cleared.
+    """
+    views: list[LiveView] = []
+    token = _NESTED.set(views)
     try:
-        yield
+        yield views
     finally:
         _NESTED.reset(token)
 
@@ -52,7 +56,10 @@ class LiveView:
         from .livewidget import LiveFigure, plotly_in_page
 
         self.name = name
-        self.nested = _NESTED.get()
+        inside = _NESTED.get()
+        self.nested = inside is not None
+        if inside is not None:
+            inside.append(self)
         self.output = ipywidgets.Output()
         plotly_in_page()
         self.widget = LiveFigure()
@@ -104,6 +111,10 @@ class LiveView:
             return
         update()
         self.widget.close()
+        self.close()
+
+    def close(self) -> None:
+        """Close the Output the view was shown in (once the page no longer shows it)."""
         self.output.layout.close()
         self.output.close()
 

@@ -74,6 +74,7 @@ def panel(lab, script: str | dict[str, str], *, name: str = "explore", clients: 
     button = w.Button(description="Run", button_style="primary", icon="play")
     message = w.HTML()
     output = w.Output()
+    shown = []  # the live view of the panel's last run (closed when the next run clears the output)
 
     def check(value: int) -> str | None:
         if not low <= value <= high:
@@ -92,8 +93,11 @@ def panel(lab, script: str | dict[str, str], *, name: str = "explore", clients: 
         message.value = f"Running {run_name} with {count} clients for {seconds.value} s ..."
         button.disabled = True
         output.clear_output()
+        for view in shown:  # the last run's live view, no longer in the panel
+            view.close()
+        views = []
         try:
-            with output, live.nested():
+            with output, live.nested() as views:
                 if before is not None:
                     before(lab, **values)
                 options = [item for label, value in values.items() for item in ("-D", f"{label}={value}")]
@@ -105,12 +109,14 @@ def panel(lab, script: str | dict[str, str], *, name: str = "explore", clients: 
         except LabkitError as error:
             message.value = f"<span style='color:#b00'>{error.short}</span>"
         finally:
+            shown[:] = views
             button.disabled = False
 
     button.on_click(on_click)
     controls = w.VBox([*([methods] if methods else []), client_box, seconds, *knob_widgets.values(), w.HBox([button, message])])
     box = w.VBox([controls, output])
     box.run = lambda: on_click(None)  # for tests and headless runs: press the button
+    box.views = shown
     box.message = message
     box.clients = client_box
     box.methods = methods

@@ -93,6 +93,10 @@ def test_panel_with_methods_names_the_run(lab, hot_row):
     box.methods.value = "two"
     box.run()
     assert box.message.value.startswith("pick-two-c2:") and "goodput 0/s" in box.message.value
+    first = box.views[0]  # the run's live view ended in its own Output, which the panel shows
+    assert first.widget.comm is None and first.output.comm is not None
+    box.run()  # the next run clears the panel: the last run's Output is closed with it
+    assert first.output.comm is None and box.views[0] is not first and box.views[0].output.comm is not None
 
 
 def test_panel_refuses_out_of_range_and_runs(lab, hot_row):
