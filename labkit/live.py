@@ -89,34 +89,36 @@ class LiveView:
         except Exception as error:  # noqa: BLE001 - the run is recorded: a chart that fails must not hide it
             self.stopped(f"the run is recorded, but its chart could not be drawn ({type(error).__name__}: {error}).")
             return
-        # a plotly Figure ignores display ids when shown directly: send its bundle instead
-        self._end(bundle, lambda: self.handle.update(bundle, raw=True))
+        self._end(bundle)
 
     def stopped(self, why: str) -> None:
         """The run ended without a record to draw (interrupted, failed, or an error in labkit)."""
         import html
 
-        from IPython.display import HTML
+        self._end({"text/html": f"<b>{html.escape(self.name)}</b>: {html.escape(why)}", "text/plain": f"{self.name}: {why}"})
 
-        message = HTML(f"<b>{html.escape(self.name)}</b>: {html.escape(why)}")
-        self._end({"text/html": message.data, "text/plain": f"{self.name}: {why}"}, lambda: self.handle.update(message))
-
-    def _end(self, bundle: dict, update) -> None:
+    def _end(self, bundle: dict) -> None:
         """Show the end in place of the live view; close the widgets the page no longer shows."""
         if self.nested or self.handle is None:
             # inside a panel's own output the display update does not reach the page: the Output shows it
             # (handle None: no IPython display, e.g. a panel driven from a script)
             self._frame(bundle)
-            self.widget.close()
-            return
-        update()
-        self.widget.close()
-        self.close()
+            _close(self.widget)
+        else:
+            # sent as a bundle: a plotly Figure ignores display ids when shown directly
+            self.handle.update(bundle, raw=True)
+            _close(self.widget, self.output)
 
     def close(self) -> None:
         """Close the Output the view was shown in (once the page no longer shows it)."""
-        self.output.layout.close()
-        self.output.close()
+        _close(self.output)
+
+
+def _close(*widgets) -> None:
+    """Close each widget and its layout (the Layout model would otherwise stay in the kernel)."""
+    for widget in widgets:
+        widget.layout.close()
+        widget.close()
 
 
 class Printer:

@@ -51,11 +51,6 @@ class LiveFigure(anywidget.AnyWidget):
 
         self.figure = plotly.io.to_json(figure, validate=False)
 
-    def close(self) -> None:
-        """Close the widget and its layout (both would otherwise stay in the kernel, one pair per run)."""
-        self.layout.close()
-        super().close()
-
 
 _LOADER: PlotlyLoader | None = None
 

@@ -212,13 +212,14 @@ def test_a_student_runs_the_tour_in_jupyterlab(jupyterlab):
                 prompt, title, points = cell.evaluate(LIVE_STATE)
                 if watch and title and "s so far" in title:
                     seen_live.append((title, prompt, points))
+                    run = title.split(":")[0]
                     if points and first_point is None:
                         first_point = time.monotonic() - pressed
-                        delays.append((title.split(":")[0], round(first_point, 1)))
-                        lags[title.split(":")[0]] = 0.0
+                        delays.append((run, round(first_point, 1)))
+                        lags[run] = 0.0
                     if points > drawn and prompt == "[*]:":  # a point a second: how far the page is behind
                         behind = time.monotonic() - pressed - first_point - (points - 1)
-                        lags[title.split(":")[0]] = max(lags[title.split(":")[0]], round(behind, 1))
+                        lags[run] = max(lags[run], round(behind, 1))
                     drawn = max(drawn, points)
                     if points >= 3 and prompt == "[*]:" and title.startswith("browser-live") \
                             and not (root / "00-start-here-live.png").exists():

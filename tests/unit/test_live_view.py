@@ -22,7 +22,7 @@ class Handle:
         self.updates = []
 
     def update(self, shown, raw=False):
-        self.updates.append(shown if raw else shown._repr_html_())
+        self.updates.append(json.dumps(shown) if raw else shown._repr_html_())
 
 
 def shown(view) -> dict:
