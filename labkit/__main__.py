@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -158,6 +159,9 @@ def binder_command(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    for stream in (sys.stdout, sys.stderr):  # a path the console's code page cannot write must not stop the CLI
+        with contextlib.suppress(AttributeError, ValueError):
+            stream.reconfigure(errors="backslashreplace")
     parser = argparse.ArgumentParser(prog="python -m labkit", description="PostgreSQL Concurrency Labs")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("doctor", help="what labkit finds on this machine")

@@ -9,6 +9,7 @@ Three backends, one interface (:class:`Server`), so callers never ask which one 
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,78 @@ LAB_SETTINGS = {
     "jit": "off",
 }
 
+MANUAL = "https://www.postgresql.org/docs/18/"
+
+
+@dataclass(frozen=True)
+class PlatformNote:
+    """Where the manual says a setting works only on some operating systems."""
+
+    setting: str
+    systems: tuple[str, ...]  # the systems (as :func:`system_of` names them) that accept the value
+    manual: str  # the manual's page and anchor
+    says: str  # what it says, in short
+    accepted: str  # the value every system accepts (written where labkit's own is refused)
+    elsewhere: str  # what labkit does where its value is refused
+
+
+# Every setting labkit writes (these, max_connections, shared_buffers, and the transport's
+# listen_addresses, port, unix_socket_directories, unix_socket_permissions) was read against its
+# entry in the manual at 18 and its check hook. One is refused by an OS: on Windows,
+# client_connection_check_interval fails its check hook for any value but 0 (there is no wait
+# event that reports a closed socket), "must be set to 0 on this platform", and at startup the
+# configuration file then "contains errors": the server does not start. The others' notes
+# refuse nothing: shared_preload_libraries is loaded again by each backend on Windows (slower
+# connections, same result); track_io_timing "may cause significant overhead on some
+# platforms" (pg_test_timing measures it); unix_socket_permissions is ignored where the OS
+# ignores socket permissions, which is why the socket's folder is private too.
+PLATFORM_NOTES = (
+    PlatformNote("client_connection_check_interval", ("linux", "macos", "bsd", "illumos"),
+                 MANUAL + "runtime-config-connection.html#GUC-CLIENT-CONNECTION-CHECK-INTERVAL",
+                 "relies on kernel events exposed by Linux, macOS, illumos and the BSD family; "
+                 "not available on other systems", "0",
+                 "left at 0; the watchdog ends the backends of a run whose kernel died, by the run's "
+                 "application_name (labkit.db.terminate_runs)"),
+)
+
+
+def system_of(platform: str) -> str:
+    """An operating system's name as the manual's platform notes use it, from ``sys.platform``.
+
+    >>> [system_of(p) for p in ("linux", "darwin", "win32", "cygwin", "freebsd14", "sunos5")]
+    ['linux', 'macos', 'windows', 'windows', 'bsd', 'illumos']
+    """
+    if platform.startswith(("win32", "cygwin", "msys")):
+        return "windows"
+    if platform == "darwin":
+        return "macos"
+    if platform.startswith("linux"):
+        return "linux"
+    if "bsd" in platform or platform.startswith("dragonfly"):
+        return "bsd"
+    if platform.startswith(("sunos", "illumos")):
+        return "illumos"
+    return platform
+
+
+def system_of_version(version: str) -> str | None:
+    """The operating system a server runs on, from its ``version()`` string (None if it does not say).
+
+    >>> system_of_version("PostgreSQL 18.1 on x86_64-windows, compiled by msvc-19.44.35217, 64-bit")
+    'windows'
+    >>> system_of_version("PostgreSQL 18.1 on aarch64-apple-darwin24.6.0, compiled by Apple clang")
+    'macos'
+    >>> system_of_version("PostgreSQL 18.1 (Debian 18.1-1.pgdg13+2) on x86_64-pc-linux-gnu, compiled by gcc")
+    'linux'
+    """
+    platform = version.lower()
+    for marker, system in (("windows", "windows"), ("mingw", "windows"), ("darwin", "macos"), ("linux", "linux"),
+                           ("bsd", "bsd"), ("solaris", "illumos"), ("illumos", "illumos")):
+        if marker in platform:
+            return system
+    return None
+
+
 # What lab.settings() shows.
 SETTINGS_THAT_MATTER = (
     "server_version", "max_connections", "shared_buffers", "work_mem", "synchronous_commit", "fsync",
@@ -42,10 +115,16 @@ SETTINGS_THAT_MATTER = (
 )
 
 
-def lab_settings(profile: Profile) -> dict[str, str]:
-    """The settings a lab server should have under ``profile``."""
-    return {"max_connections": str(profile.max_connections), "shared_buffers": profile.shared_buffers,
-            **LAB_SETTINGS}
+def lab_settings(profile: Profile, system: str | None = None) -> dict[str, str]:
+    """The settings a lab server on ``system`` (default: this one) should have under ``profile``.
+
+    A setting the manual says ``system`` refuses (:data:`PLATFORM_NOTES`) is left out there.
+    """
+    system = system or system_of(sys.platform)
+    refused = {note.setting for note in PLATFORM_NOTES if system not in note.systems}
+    settings = {"max_connections": str(profile.max_connections), "shared_buffers": profile.shared_buffers,
+                **LAB_SETTINGS}
+    return {name: value for name, value in settings.items() if name not in refused}
 
 
 def quote_setting(value) -> str:

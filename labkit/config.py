@@ -22,6 +22,9 @@ import platformdirs
 
 APP = "labkit"
 ENCODING = "utf-8"
+# A Unix socket's path may hold at most 104 bytes on macOS (108 on Linux): the server's socket and
+# a headless kernel's ZeroMQ sockets are put in a shorter folder when theirs would be longer.
+SOCKET_PATH_LIMIT = 100
 
 
 def is_root() -> bool:

@@ -23,20 +23,25 @@ DOCKER_DIR = Path(__file__).resolve().parent.parent / "docker"
 def engine_problem(timeout: float = 3.0) -> str | None:
     """None when a Docker engine answers, else why not (in a few words)."""
     try:
-        import docker
+        from testcontainers.core.docker_client import DockerClient
     except ImportError:
         return "the docker Python package is missing (pip install testcontainers)"
 
-    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-    if host.startswith("unix://") and not os.path.exists(host[len("unix://"):]):
+    # testcontainers finds the engine as it will when starting the container: its own settings,
+    # DOCKER_HOST, the Docker CLI's current context, then the platform's default (a Unix socket,
+    # or Docker Desktop's named pipe on Windows).
+    from testcontainers.core.docker_client import get_docker_host
+
+    host = get_docker_host() or ("npipe:////./pipe/docker_engine" if os.name == "nt" else "unix:///var/run/docker.sock")
+    if host.startswith("unix://") and not os.path.exists(host[len("unix://"):]):  # say so at once, leak no socket
         return f"no Docker engine answers: there is no socket at {host[len('unix://'):]}"
     client = None
     try:
-        client = docker.from_env(timeout=timeout)
+        client = DockerClient(timeout=timeout).client
         client.ping()
     except Exception as error:  # noqa: BLE001 - any failure means: no engine to use
         text = str(error).splitlines()[0] if str(error) else type(error).__name__
-        return f"no Docker engine answers: {text[:120]}"
+        return f"no Docker engine answers at {host}: {text[:120]}"
     finally:
         if client is not None:
             client.close()
@@ -49,8 +54,11 @@ _OFFLINE_HINT = ("Docker could not download an image. testcontainers also starts
 
 
 def _local_engine() -> bool:
-    """True when the engine runs on this machine (a unix socket), so published ports are on our loopback."""
-    return os.environ.get("DOCKER_HOST", "unix://").startswith("unix://")
+    """True when the engine runs on this machine (a Unix socket or a named pipe), so published ports are on our loopback."""
+    from testcontainers.core.docker_client import get_docker_host
+
+    host = get_docker_host()
+    return host is None or host.startswith(("unix://", "npipe://"))
 
 
 def _container_log(container) -> str | None:

@@ -33,18 +33,17 @@ import filelock
 import psutil
 import psycopg.conninfo
 
-from . import config, processes, service_user
-from .backend import Server, Status, lab_settings, quote_setting
-from .binaries import program
-from .config import ENCODING
+from . import config, db, processes, service_user
+from .backend import PLATFORM_NOTES, Server, Status, lab_settings, quote_setting, system_of
+from .binaries import ansi_problem, copy_install, program, wheel_bin_dir
+from .config import ENCODING, SOCKET_PATH_LIMIT
 from .errors import LabkitError, ServerStartFailed, tail
 from .profiles import Profile
-from .registry import ProcessRegistry
+from .registry import ProcessRegistry, read_json, write_whole
 
 SOCKET_PORT = 5432  # with a socket in a private folder, the number never collides
 USER = "postgres"
 INCLUDE_LINE = "include_if_exists = 'labkit.conf'"
-SOCKET_PATH_LIMIT = 100  # a Unix socket path may hold about 104 bytes (macOS) or 108 (Linux)
 
 
 def default_transport() -> str:
@@ -64,13 +63,43 @@ def free_port(host: str = "127.0.0.1", preferred: int | None = None) -> int:
     raise OSError(f"no free TCP port on {host}")
 
 
-def directories_setting(path: Path) -> str:
+def directories_setting(path: str) -> str:
     """A folder as one element of ``unix_socket_directories`` (double-quoted: spaces and commas stay in it).
 
-    >>> directories_setting(Path("/Users/a b/Library/Application Support/labkit/run"))
+    >>> directories_setting("/Users/a b/Library/Application Support/labkit/run")
     '"/Users/a b/Library/Application Support/labkit/run"'
     """
-    return '"' + str(path).replace('"', '""') + '"'
+    return '"' + path.replace('"', '""') + '"'
+
+
+def start_settings(profile: Profile, system: str, *, transport: str, port: int, socket_dir: str | None = None
+                   ) -> dict[str, str]:
+    """What labkit.conf holds, rewritten before each start: the lab settings for ``system``, and the transport.
+
+    The file is included at the end of postgresql.conf, so its values win over that file's
+    (PostgreSQL applies the last of duplicate entries and ignores the earlier ones): a cluster
+    made by an older labkit, or under another profile, starts with today's settings. A setting
+    the manual says ``system`` refuses is written with the value that system accepts, so that
+    an older line in postgresql.conf cannot keep the server from starting. ``ALTER SYSTEM``
+    (postgresql.auto.conf, read last) still wins over all of it.
+
+    >>> settings = start_settings(Profile.named("ci"), "windows", transport="tcp", port=54321)
+    >>> settings["client_connection_check_interval"], settings["listen_addresses"], settings["port"]
+    ('0', '127.0.0.1', '54321')
+    >>> start_settings(Profile.named("ci"), "macos", transport="socket", port=5432, socket_dir="/tmp/x")[
+    ...     "client_connection_check_interval"]
+    '2s'
+    """
+    settings = lab_settings(profile, system)
+    for note in PLATFORM_NOTES:
+        if note.setting not in settings:
+            settings[note.setting] = note.accepted
+    if transport == "tcp":
+        settings.update(listen_addresses="127.0.0.1", port=str(port), unix_socket_directories="")
+    else:
+        settings.update(listen_addresses="", port=str(port), unix_socket_directories=directories_setting(socket_dir),
+                        unix_socket_permissions="0700")
+    return settings
 
 
 class EmbeddedServer(Server):
@@ -100,12 +129,12 @@ class EmbeddedServer(Server):
 
     def _state(self) -> dict:
         try:
-            return json.loads(self.state_file.read_text(encoding=ENCODING))
+            return read_json(self.state_file)
         except (OSError, ValueError):
             return {}
 
     def _save_state(self, **values) -> None:
-        config.write_private(self.state_file, json.dumps({**self._state(), **values}))
+        write_whole(self.state_file, json.dumps({**self._state(), **values}))
 
     @property
     def socket_dir(self) -> Path:
@@ -170,12 +199,12 @@ class EmbeddedServer(Server):
 
     def _program(self, name: str, *args: str, timeout: float = 60):
         """Run a server program (initdb, pg_ctl) as the server's user; its output goes to files, not pipes."""
-        command = [str(program(name, service_user.bin_dir())), *args]
+        command = [str(program(name, self.bin_dir())), *args]
         what = f"{name} {args[0]}" if not args[0].startswith("-") else name
         with tempfile.TemporaryFile("w+", encoding=ENCODING, errors="replace") as output:
             options = service_user.popen_options(self.home)
             if os.name == "nt":  # the server must not share a console: a Ctrl+C there would stop it
-                options["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP | subprocess.CREATE_NO_WINDOW
+                options["creationflags"] = processes.windows_flags("helper", has_console=False, breakaway=False)
             try:
                 result = subprocess.run(command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
                                         timeout=timeout, **options)
@@ -189,6 +218,18 @@ class EmbeddedServer(Server):
                                     detail=tail(text) + "\n" + self._log_tail())
         return text
 
+    def bin_dir(self) -> Path:
+        """The server programs' folder.
+
+        On Windows, PostgreSQL's programs find each other and their share folder from their
+        own path, read in the ANSI code page: where the wheel sits in a folder that code page
+        cannot write (a user name in another script), they run from a copy in this server's
+        home, which is checked to be writable.
+        """
+        if os.name == "nt" and config.pg_bin_override() is None and ansi_problem(wheel_bin_dir()):
+            return copy_install(self.home / "pginstall")
+        return service_user.bin_dir()
+
     def _log_tail(self) -> str:
         try:
             return f"server log ({self.log_file}):\n" + tail(self.log_file.read_text(encoding=ENCODING,
@@ -199,12 +240,9 @@ class EmbeddedServer(Server):
     # -- lifecycle
 
     def _prepare_dirs(self) -> None:
-        if os.name == "nt":
-            try:  # PostgreSQL's programs take their arguments in the ANSI code page on Windows
-                str(self.home).encode("mbcs", "strict")
-            except UnicodeEncodeError:
-                raise LabkitError(f"PostgreSQL on Windows cannot use the folder {self.home}: set LABKIT_HOME to a "
-                                  "folder whose path this system's code page can write (e.g. C:\\labkit).") from None
+        if ansi_problem(self.home):  # PostgreSQL's programs take their arguments in the ANSI code page on Windows
+            raise LabkitError(f"PostgreSQL on Windows cannot use the folder {self.home}: set LABKIT_HOME to a "
+                              "folder whose path this system's code page can write (e.g. C:\\labkit).")
         config.private_dir(self.home, 0o711 if config.is_root() else 0o700)
         service_user.check_reachable(self.home)
         folders = [self.data_dir, self.log_dir] + ([self.socket_dir] if self.transport == "socket" else [])
@@ -230,33 +268,20 @@ class EmbeddedServer(Server):
         finally:
             if password_file is not None:
                 password_file.unlink(missing_ok=True)
-        with open(self.data_dir / "postgresql.conf", "a", encoding=ENCODING) as conf:
-            conf.write("\n# --- labkit lab settings (ALTER SYSTEM overrides these) ---\n")
-            for name, value in lab_settings(profile).items():
-                conf.write(f"{name} = {quote_setting(value)}\n")
         self._save_state(transport=self.transport)
 
     def _write_start_settings(self, profile: Profile) -> None:
-        """Settings rewritten before each start, in labkit.conf.
-
-        How clients reach the server (a TCP port is chosen anew), and the starting profile's
-        max_connections, which fits its labs' largest runs (a cluster made under another profile,
-        or by an older labkit, would otherwise keep its own).
-        """
+        """labkit.conf, rewritten before each start (see :func:`start_settings`); a TCP port is chosen anew."""
         conf = self.data_dir / "postgresql.conf"
         if INCLUDE_LINE not in conf.read_text(encoding=ENCODING):
             with open(conf, "a", encoding=ENCODING) as handle:
                 handle.write(f"\n{INCLUDE_LINE}\n")
         if self.transport == "tcp":
             self._save_state(port=free_port(preferred=self._state().get("port")))
-            settings = {"listen_addresses": "127.0.0.1", "port": str(self.port), "unix_socket_directories": ""}
-        else:
-            settings = {"listen_addresses": "", "port": str(SOCKET_PORT),
-                        "unix_socket_directories": directories_setting(self.socket_dir),
-                        "unix_socket_permissions": "0700"}
-        settings["max_connections"] = str(profile.max_connections)  # ALTER SYSTEM (need_connections) still wins
+        settings = start_settings(profile, system_of(sys.platform), transport=self.transport, port=self.port,
+                                  socket_dir=str(self.socket_dir))
         path = self.data_dir / "labkit.conf"
-        path.write_text("# written by labkit before each start\n"
+        path.write_text("# written by labkit before each start (ALTER SYSTEM overrides these)\n"
                         + "".join(f"{name} = {quote_setting(value)}\n" for name, value in settings.items()),
                         encoding=ENCODING)
         service_user.give(path)
@@ -329,7 +354,17 @@ class EmbeddedServer(Server):
         return self.pgbench
 
     def reap_orphans(self) -> list[int]:
-        return self.pgbench.reap_orphans()
+        """Kill the pgbench of a kernel that died, and end its run's backends; the pids killed.
+
+        The backends are ended too because a backend waiting for a lock notices that its client
+        is gone only when it next talks to it, or at ``client_connection_check_interval``,
+        which Windows does not have.
+        """
+        orphans = self.pgbench.reap_orphans()
+        names = [entry["application_name"] for entry in orphans if entry.get("application_name")]
+        if names and self.running():
+            db.terminate_runs(self.admin_conninfo(), names)
+        return [entry["pid"] for entry in orphans if entry["killed"]]
 
     def spawn_watchdog(self) -> None:
         """Start the watchdog (one per home: a second one exits at once)."""

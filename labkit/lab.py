@@ -13,7 +13,7 @@ import psycopg
 from psycopg import sql as pgsql
 
 from . import pgbench, records, runner
-from .backend import SETTINGS_THAT_MATTER, Server, lab_settings, server_for_backend
+from .backend import SETTINGS_THAT_MATTER, Server, lab_settings, server_for_backend, system_of_version
 from .binaries import program
 from .errors import LabkitError, ServerGone, UsageError, connection_problem
 from .probes import WAIT_EVENTS, Probe, plain_value
@@ -516,8 +516,12 @@ def _create_extensions(lab: Lab, names) -> None:
 
 
 def _external_report(connection, profile: Profile) -> list[str]:
-    """Which lab settings an external server lacks (labkit changes nothing there)."""
-    wanted = lab_settings(profile)
+    """Which lab settings an external server lacks (labkit changes nothing there).
+
+    What a lab server should have depends on the OS the server runs on, not this one's.
+    """
+    system = system_of_version(connection.execute("select version()").fetchone()[0])
+    wanted = lab_settings(profile, system)
     rows = connection.execute(query("settings_of"), {"names": list(wanted)}).fetchall()
     have = {name: (setting, unit) for name, setting, unit in rows}
     differing = []

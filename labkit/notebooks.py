@@ -9,6 +9,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .config import SOCKET_PATH_LIMIT
+
 
 @dataclass(frozen=True)
 class NotebookResult:
@@ -20,6 +22,26 @@ class NotebookResult:
     def line(self) -> str:
         state = "ok" if self.error is None else f"FAILED: {self.error}"
         return f"{self.path.name}: {state} in {self.seconds:.0f} s" + (f" -> {self.output}" if self.output else "")
+
+
+# What jupyter_client adds to the ipc prefix for each of the kernel's five channels: "-" and a number.
+_CHANNEL_SUFFIX = "-65535"
+
+
+def socket_folder_base(temporary: str | None = None) -> str | None:
+    """Where the headless kernel's private socket folder is made (None: the usual temporary folder).
+
+    macOS runners and some home folders have a temporary folder so deep that a ZeroMQ socket in
+    it would pass the 104-byte limit, and the kernel would die at start: /tmp is used then.
+
+    >>> socket_folder_base("/tmp"), socket_folder_base("/private/var/folders/" + "x" * 100 + "/T")
+    (None, '/tmp')
+    """
+    temporary = temporary or tempfile.gettempdir()
+    longest = f"{temporary}/labkit-kernel-xxxxxxxx/kernel{_CHANNEL_SUFFIX}"
+    if os.name == "nt" or len(longest.encode()) < SOCKET_PATH_LIMIT:
+        return None
+    return "/tmp"
 
 
 def kernel_transport(folder: Path) -> dict:
@@ -39,7 +61,7 @@ def execute(path: Path, *, profile: str | None = None, output_dir: Path = Path("
     """Run every cell of ``path`` in a fresh kernel; save the executed copy in ``output_dir``."""
     import nbformat
     from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
+    from nbclient.exceptions import CellExecutionError, DeadKernelError
 
     if profile:
         os.environ["LABKIT_PROFILE"] = profile
@@ -52,15 +74,19 @@ def execute(path: Path, *, profile: str | None = None, output_dir: Path = Path("
     notebook = nbformat.read(path, as_version=4)
     started = time.monotonic()
     error = None
-    with tempfile.TemporaryDirectory(prefix="labkit-kernel-") as sockets:
+    current: list[int] = []  # the index of the cell running now
+    with tempfile.TemporaryDirectory(prefix="labkit-kernel-", dir=socket_folder_base()) as sockets:
         client = NotebookClient(notebook, timeout=timeout, kernel_name="python3",
                                 config=Config(kernel_transport(Path(sockets))),
-                                resources={"metadata": {"path": str(path.parent)}})
+                                resources={"metadata": {"path": str(path.parent)}},
+                                on_cell_start=lambda cell, cell_index: current.append(cell_index))
         try:
             client.execute()
         except CellExecutionError as failure:
             name, value = getattr(failure, "ename", ""), getattr(failure, "evalue", "")
-            error = (f"{name}: {value}" if name else str(failure).strip().splitlines()[-1])[:300]
+            error = where(notebook, current) + (f"{name}: {value}" if name else str(failure).strip().splitlines()[-1])[:300]
+        except DeadKernelError as failure:
+            error = where(notebook, current) + f"the kernel died ({str(failure).strip()[:200]})"
     _drop_live_widgets(notebook)
     output_dir.mkdir(parents=True, exist_ok=True)
     target = output_dir / path.name
@@ -73,6 +99,15 @@ def execute(path: Path, *, profile: str | None = None, output_dir: Path = Path("
         target = target.with_suffix(".html")
         target.write_text(body, encoding="utf-8")
     return NotebookResult(path, target, time.monotonic() - started, error)
+
+
+def where(notebook, started: list[int]) -> str:
+    """"cell N (its first line): " for the cell that ran last (numbered as JupyterLab shows them, from 1)."""
+    if not started:
+        return "before the first cell: "
+    index = started[-1]
+    first = next((line.strip() for line in notebook.cells[index].source.splitlines() if line.strip()), "")
+    return f"cell {index + 1} ({first[:60]}): "
 
 
 def _drop_live_widgets(notebook) -> None:

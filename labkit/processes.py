@@ -6,7 +6,15 @@ What each platform offers, and what labkit uses:
 |-------------------------------|-----------------------|-----------------------|----------------------------------|
 | a child dies with its parent  | parent-death signal   | the watchdog reaps it | a Job Object that kills on close |
 | interrupt a child             | SIGINT, then kill     | SIGINT, then kill     | CTRL_BREAK_EVENT, then terminate |
-| a helper outliving its parent | a new session         | a new session         | a detached process group         |
+| a helper outliving its parent | a new session         | a new session         | its own group, out of our job    |
+| no console window             | (none)                | (none)                | CREATE_NO_WINDOW (see below)     |
+
+Windows gives a console program (pgbench, and python.exe: a venv's python.exe is a launcher that
+starts the real interpreter as a console program) a console window of its own when its parent
+has no console to share, as a Jupyter kernel often has not; closing that window kills the
+program. So children get ``CREATE_NO_WINDOW`` there (a console without a window), and the
+detached helper is never started with ``DETACHED_PROCESS`` (no console at all, which its
+interpreter would then open in a new window).
 
 Liveness is a pid *and* its start time (psutil), so a recycled pid is never mistaken for
 the process that was registered.
@@ -26,6 +34,36 @@ import psutil
 WINDOWS = os.name == "nt"
 # How long an interrupted child gets to stop by itself before it is killed.
 INTERRUPT_GRACE_S = 2.0
+
+# Windows process creation flags (winbase.h), named here so that the choice is tested on every OS.
+CREATE_NEW_PROCESS_GROUP = 0x00000200
+CREATE_NO_WINDOW = 0x08000000
+CREATE_BREAKAWAY_FROM_JOB = 0x01000000
+
+
+def windows_flags(kind: str, *, has_console: bool, breakaway: bool = True) -> int:
+    """Creation flags for a Windows child: ``child`` (pgbench, a server program) or ``helper`` (detached).
+
+    A child shares this process's console when there is one, so that Ctrl+Break reaches it;
+    with none, it gets a console without a window. A helper always gets a console of its own
+    without a window, and leaves this process's job (``breakaway``) so that it outlives it.
+
+    >>> hex(windows_flags("child", has_console=True)), hex(windows_flags("child", has_console=False))
+    ('0x200', '0x8000200')
+    >>> hex(windows_flags("helper", has_console=True)), hex(windows_flags("helper", has_console=True, breakaway=False))
+    ('0x9000200', '0x8000200')
+    """
+    flags = CREATE_NEW_PROCESS_GROUP
+    if kind == "helper":
+        return flags | CREATE_NO_WINDOW | (CREATE_BREAKAWAY_FROM_JOB if breakaway else 0)
+    return flags if has_console else flags | CREATE_NO_WINDOW
+
+
+def _has_console() -> bool:
+    """Whether this process has a console its children can share (Windows only)."""
+    import ctypes
+
+    return ctypes.WinDLL("kernel32").GetConsoleCP() != 0
 
 
 def started_at(pid: int) -> float | None:
@@ -65,7 +103,7 @@ def child_options() -> dict:
     child in :func:`bind_to_this_process`'s job.
     """
     if WINDOWS:
-        return {"creationflags": subprocess.CREATE_NEW_PROCESS_GROUP}
+        return {"creationflags": windows_flags("child", has_console=_has_console())}
     if sys.platform == "linux":
         return {"start_new_session": True, "preexec_fn": _die_with_parent}  # posix-only: Windows returned above
     return {"start_new_session": True}  # posix-only: Windows returned above
@@ -119,8 +157,9 @@ def spawn_detached(argv: list[str]) -> None:
     ``Popen`` object of ours warns about it at exit.
     """
     launcher = "import json, sys; from labkit.processes import _popen_detached; _popen_detached(json.loads(sys.argv[1]))"
+    options = {"creationflags": windows_flags("helper", has_console=False, breakaway=False)} if WINDOWS else {}
     subprocess.run([sys.executable, "-c", launcher, json.dumps(argv)], check=False, timeout=30,
-                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **options)
 
 
 def _popen_detached(argv: list[str]) -> None:
@@ -129,8 +168,7 @@ def _popen_detached(argv: list[str]) -> None:
     if not WINDOWS:
         subprocess.Popen(argv, start_new_session=True, **options)  # posix-only: Windows below
         return
-    flags = subprocess.DETACHED_PROCESS | subprocess.CREATE_NEW_PROCESS_GROUP
     try:  # out of any job the kernel runs in, so that closing the job does not end the helper
-        subprocess.Popen(argv, creationflags=flags | subprocess.CREATE_BREAKAWAY_FROM_JOB, **options)
+        subprocess.Popen(argv, creationflags=windows_flags("helper", has_console=False), **options)
     except OSError:  # the job forbids breaking away: the helper then lives as long as the job
-        subprocess.Popen(argv, creationflags=flags, **options)
+        subprocess.Popen(argv, creationflags=windows_flags("helper", has_console=False, breakaway=False), **options)

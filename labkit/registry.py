@@ -3,17 +3,22 @@
 A registry is a folder with one small JSON file per process::
 
     {"pid": 4242, "created": 1763800000.12, "owner": 4100, "owner_created": 1763799000.5,
-     "notebook": "02-flash-sale"}
+     "notebook": "02-flash-sale", "application_name": "labkit-run-1a2b3c4d"}
 
 ``created`` is the process's start time, so a recycled pid is never taken for the process that
-registered. ``owner`` and ``notebook`` are set for a pgbench process: the kernel that started it,
-and whose run it is (a restart that would stop it names that notebook). A kernel
-killed outright cannot remove its entries, so readers drop the dead ones themselves:
+registered. ``owner``, ``notebook`` and ``application_name`` are set for a pgbench process: the
+kernel that started it, whose run it is (a restart that would stop it names that notebook), and
+the name its clients carry (so that the backends of a run whose kernel died can be ended). A
+kernel killed outright cannot remove its entries, so readers drop the dead ones themselves:
 
 - the *kernels* registry tells the watchdog whether anyone still uses the server
   (a ``pinned`` entry keeps it up without a kernel: ``python -m labkit server start``);
 - the *pgbench* registry lets the watchdog and the next ``labkit.start()`` kill a pgbench
-  whose kernel died (macOS has no parent-death signal, and a Windows job may be refused).
+  whose kernel died (macOS has no parent-death signal, and a Windows job may be refused),
+  and end that run's backends.
+
+On Windows a file another process is reading cannot be replaced or removed for that moment
+(a sharing violation, ``PermissionError``): writes and removals are retried briefly.
 """
 
 from __future__ import annotations
@@ -28,14 +33,41 @@ from . import processes
 from .config import ENCODING, private_dir
 
 PINNED = "pinned"
+# How long a replace or a removal is retried while another process holds the file open (Windows).
+RETRY_S = 1.0
 
 
-def _write_whole(path: Path, entry: dict) -> None:
-    """Write an entry so that a reader sees the old file or the new one, never half of one."""
-    private_dir(path.parent)
+def retrying(action, *args, seconds: float = RETRY_S):
+    """Call ``action(*args)``, retrying for ``seconds`` while Windows reports a sharing violation."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return action(*args)
+        except PermissionError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.02)
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Write ``text`` so that a reader sees the old file or the new one, never half of one (mode 0600)."""
+    if not path.parent.exists():
+        private_dir(path.parent)
     partial = path.with_name(path.name + f".{os.getpid()}.tmp")
-    partial.write_text(json.dumps(entry), encoding=ENCODING)
-    os.replace(partial, path)
+    partial.write_text(text, encoding=ENCODING)
+    partial.chmod(0o600)
+    retrying(os.replace, partial, path)
+
+
+def unlink(path: Path) -> None:
+    """Remove ``path`` if it is there (retried while another process reads it)."""
+    with contextlib.suppress(FileNotFoundError):
+        retrying(path.unlink)
+
+
+def read_json(path: Path, seconds: float = RETRY_S):
+    """A JSON file written by :func:`write_whole` (retried while Windows has it locked)."""
+    return json.loads(retrying(path.read_text, ENCODING, seconds=seconds))
 
 
 class ProcessRegistry:
@@ -44,7 +76,8 @@ class ProcessRegistry:
     def __init__(self, folder: Path):
         self.folder = folder
 
-    def add(self, pid: int | None = None, *, owner: int | None = None, notebook: str | None = None) -> Path | None:
+    def add(self, pid: int | None = None, *, owner: int | None = None, notebook: str | None = None,
+            application_name: str | None = None) -> Path | None:
         """Register ``pid`` (default: this process), owned by ``owner``; None if it has already ended."""
         pid = pid or os.getpid()
         entry = {"pid": pid, "created": processes.started_at(pid)}
@@ -54,34 +87,36 @@ class ProcessRegistry:
             entry.update(owner=owner, owner_created=processes.started_at(owner))
         if notebook is not None:
             entry["notebook"] = notebook
+        if application_name is not None:
+            entry["application_name"] = application_name
         path = self.folder / f"{pid}.json"
-        _write_whole(path, entry)
+        write_whole(path, json.dumps(entry))
         return path
 
     def remove(self, pid: int | None = None) -> None:
         with contextlib.suppress(OSError):
-            (self.folder / f"{pid or os.getpid()}.json").unlink()
+            unlink(self.folder / f"{pid or os.getpid()}.json")
 
     def pin(self, pinned: bool = True) -> None:
         """Keep the server up without any kernel (``python -m labkit server start``), or stop doing so."""
         marker = self.folder / f"{PINNED}.json"
         if pinned:
-            _write_whole(marker, {PINNED: True})
+            write_whole(marker, json.dumps({PINNED: True}))
         else:
             with contextlib.suppress(OSError):
-                marker.unlink()
+                unlink(marker)
 
     def _entries(self):
         if not self.folder.exists():
             return
         for path in self.folder.glob("*.json"):
             try:
-                yield path, json.loads(path.read_text(encoding=ENCODING))
+                yield path, read_json(path, seconds=0.2)
             except (OSError, ValueError):
                 # Unreadable: being replaced right now, or left broken long ago (only then removed).
                 with contextlib.suppress(OSError):
                     if time.time() - path.stat().st_mtime > 60:
-                        path.unlink()
+                        unlink(path)
 
     def live(self) -> list[int]:
         """Pids of the registered processes that still run (0 for the pinned entry); dead entries are removed."""
@@ -94,17 +129,22 @@ class ProcessRegistry:
             if entry.get(PINNED) or processes.alive(entry["pid"], entry.get("created")):
                 found.append(entry)
             else:
-                path.unlink(missing_ok=True)
+                with contextlib.suppress(OSError):
+                    unlink(path)
         return found
 
-    def reap_orphans(self) -> list[int]:
-        """Kill registered processes whose owner has ended; returns the pids killed."""
-        killed = []
+    def reap_orphans(self) -> list[dict]:
+        """Kill registered processes whose owner has ended, and forget them.
+
+        Returns their entries, each with ``killed``: whether it was still running (a pgbench
+        that the OS already ended with its kernel was not).
+        """
+        orphans = []
         for path, entry in self._entries():
             owner = entry.get("owner")
             if owner is not None and processes.alive(owner, entry.get("owner_created")):
                 continue
-            if processes.kill(entry["pid"], entry.get("created")):
-                killed.append(entry["pid"])
-            path.unlink(missing_ok=True)
-        return killed
+            orphans.append({**entry, "killed": processes.kill(entry["pid"], entry.get("created"))})
+            with contextlib.suppress(OSError):
+                unlink(path)
+        return orphans

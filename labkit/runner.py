@@ -18,14 +18,13 @@ import subprocess
 import tempfile
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 import psycopg
 
-from . import limits, outcome, pgbench, processes
+from . import db, limits, outcome, pgbench, processes
 from . import perf as perf_module
 from .config import ENCODING
 from .errors import RunFailed, UsageError
@@ -53,7 +52,7 @@ def busy() -> bool:
 
 def free_connections(conninfo: str) -> int:
     """Connections an ordinary client can still open on the server."""
-    with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as connection:
+    with db.connect(conninfo) as connection:
         in_use, maximum, reserved = connection.execute(query("connections")).fetchone()
     return maximum - reserved - in_use
 
@@ -66,10 +65,10 @@ def work_probe(sql: str) -> Probe:
 def measure_work(conninfo: str, sql: str) -> float:
     """The work counter now: one number, e.g. ``select count(*) from done``."""
     try:
-        with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as connection:
+        with db.connect(conninfo) as connection:
             row = connection.execute(work_probe(sql).sql).fetchone()
     except psycopg.Error as error:
-        raise UsageError(f"The work query failed: {(error.diag.message_primary or str(error)).strip()}. "
+        raise UsageError(f"The work query failed: {db.message(error)}. "
                          "It must return one number, e.g. select count(*) from done.") from None
     try:
         return float(row[0])
@@ -80,23 +79,12 @@ def measure_work(conninfo: str, sql: str) -> float:
 def wait_backends_gone(conninfo: str, application_name: str, timeout_s: float = 5.0) -> bool:
     """Wait until the run's backends have exited (and so flushed their statistics); True if they did."""
     deadline = time.monotonic() + timeout_s
-    with contextlib.suppress(psycopg.Error), psycopg.connect(conninfo, autocommit=True,
-                                                             connect_timeout=5) as connection:
+    with contextlib.suppress(psycopg.Error), db.connect(conninfo) as connection:
         while time.monotonic() < deadline:
             if not connection.execute(query("run_backends"), {"application_name": application_name}).fetchone()[0]:
                 return True
             time.sleep(0.05)
     return False
-
-
-def terminate_backends(conninfo: str, application_name: str) -> int:
-    """Terminate the backends an interrupted run left behind."""
-    try:
-        with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as connection:
-            rows = connection.execute(query("terminate_run"), {"application_name": application_name}).fetchall()
-    except psycopg.Error:
-        return 0
-    return len(rows)
 
 
 @dataclass(frozen=True)
@@ -179,7 +167,7 @@ class PgbenchRunner:
                                         encoding=ENCODING)
             paths.append(path)
         argv = pgbench.build_argv(spec, paths, log_prefix=Path("tx"))
-        application_name = f"labkit-run-{uuid.uuid4().hex[:8]}"
+        application_name = db.run_name()
         environment = {**os.environ, **self.target.environment, "PGAPPNAME": application_name}
         context = outcome.Context(self.target.notebook, self.target.profile, self.target.server, now_iso(),
                                   tuple(argv))
@@ -194,14 +182,15 @@ class PgbenchRunner:
         try:  # from here on, whatever happens, pgbench does not outlive this call
             processes.bind_to_this_process(process)
             if registry is not None:
-                registry.add(process.pid, owner=os.getpid(), notebook=self.target.notebook)
+                registry.add(process.pid, owner=os.getpid(), notebook=self.target.notebook,
+                             application_name=application_name)
             sampler.start(started)
             reader = _OutputReader(process)
             reader.follow(observer, sampler)
         except KeyboardInterrupt:
             interrupted = True
             processes.interrupt(process)
-            terminate_backends(self.target.conninfo, application_name)
+            db.terminate_runs(self.target.conninfo, [application_name])
         finally:
             try:
                 process.wait(timeout=5 if interrupted or reader is None else None)

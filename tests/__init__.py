@@ -1,0 +1,12 @@
+"""The project's tests: unit (no server), integration (the embedded server), labs (the notebooks' records)."""
+
+import os
+
+
+def utf8_child(**extra: str) -> dict[str, str]:
+    """The environment of a Python child whose output a test reads (with encoding="utf-8").
+
+    UTF-8 on every OS: on Windows a piped stdout is otherwise written in the ANSI code page.
+    Read when called, so it carries the test session's LABKIT_HOME and LABKIT_RESULTS.
+    """
+    return {**os.environ, "PYTHONUTF8": "1", **extra}

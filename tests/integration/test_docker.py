@@ -12,6 +12,7 @@ import pytest
 
 import labkit
 from labkit.docker_backend import engine_problem
+from tests import utf8_child
 
 PROBLEM = engine_problem()
 pytestmark = [pytest.mark.integration, pytest.mark.docker,
@@ -60,8 +61,8 @@ def test_a_process_that_ends_removes_its_container():
     import docker
 
     code = "import labkit; lab = labkit.start('docker-exit'); print(lab.server.container.get_wrapped_container().id)"
-    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "LABKIT_BACKEND": "docker"},
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", code], env=utf8_child(LABKIT_BACKEND="docker"),
+                          capture_output=True, encoding="utf-8", errors="replace", timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     container = done.stdout.strip().splitlines()[-1]
     client = docker.from_env()

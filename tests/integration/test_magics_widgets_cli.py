@@ -1,7 +1,6 @@
 """The notebook surface: %%sql and %%pgbench in an IPython shell, the panel, the CLI."""
 
 import json
-import os
 import subprocess
 import sys
 
@@ -10,8 +9,10 @@ from IPython.core.error import UsageError as IPythonUsageError
 from IPython.testing.globalipapp import start_ipython
 
 import labkit
+from labkit.embedded import EmbeddedServer
 from labkit.magics import LabMagics, register_once
 from labkit.widgets import panel
+from tests import utf8_child
 
 pytestmark = pytest.mark.integration
 
@@ -115,26 +116,27 @@ def test_panel_refuses_out_of_range_and_runs(lab, hot_row):
 
 
 def test_cli_status_and_pgbench(tmp_path):
-    status = subprocess.run([sys.executable, "-m", "labkit", "server", "status"], capture_output=True, text=True,
-                            check=True, env=os.environ.copy())
+    status = subprocess.run([sys.executable, "-m", "labkit", "server", "status"], capture_output=True, encoding="utf-8", errors="replace",
+                            check=True, env=utf8_child())
     assert "backend:  embedded (running)" in status.stdout
-    assert "uri:      postgresql://postgres@/postgres?host=" in status.stdout
+    uri = "postgresql://postgres@127.0.0.1:" if EmbeddedServer().transport == "tcp" else "postgresql://postgres@/postgres?host="
+    assert f"uri:      {uri}" in status.stdout
     script = tmp_path / "one.sql"
     script.write_text("select 1;\n")
     out = tmp_path / "run.json"
     result = subprocess.run([sys.executable, "-m", "labkit", "pgbench", "-c", "2", "-T", "2", "-f", str(script),
-                             "--name", "cli-run", "--json", str(out)], capture_output=True, text=True,
-                            env=os.environ.copy(), timeout=60)
+                             "--name", "cli-run", "--json", str(out)], capture_output=True, encoding="utf-8", errors="replace",
+                            env=utf8_child(), timeout=60)
     assert result.returncode == 0, result.stderr
     assert "progress: 1.0 s" in result.stdout
     assert json.loads(out.read_text())["name"] == "cli-run"
-    bad = subprocess.run([sys.executable, "-m", "labkit", "pgbench", "--bogus"], capture_output=True, text=True,
-                         env=os.environ.copy(), timeout=60)
+    bad = subprocess.run([sys.executable, "-m", "labkit", "pgbench", "--bogus"], capture_output=True, encoding="utf-8", errors="replace",
+                         env=utf8_child(), timeout=60)
     assert bad.returncode == 2 and bad.stderr.startswith("error: Unknown pgbench option '--bogus'")
 
 
 def test_cli_doctor():
-    result = subprocess.run([sys.executable, "-m", "labkit", "doctor"], capture_output=True, text=True, check=True,
-                            env=os.environ.copy(), timeout=120)
+    result = subprocess.run([sys.executable, "-m", "labkit", "doctor"], capture_output=True, encoding="utf-8", errors="replace", check=True,
+                            env=utf8_child(), timeout=120)
     assert "embedded PostgreSQL" in result.stdout and "pgbench (PostgreSQL) 18" in result.stdout
     assert "perf" in result.stdout and "docker engine" in result.stdout

@@ -146,6 +146,41 @@ def test_a_killed_kernel_leaves_no_pgbench(tmp_path):
     assert alive == []
 
 
+def test_a_dead_kernels_waiting_backends_are_ended_without_the_connection_check(lab, hot_row):
+    """Windows has no client_connection_check_interval: a backend waiting for a lock would wait for as
+    long as the lock is held after its pgbench died with its kernel. The reaper (the watchdog, or the
+    next labkit.start) ends the run's backends by the run's application_name instead. Run here with
+    the check off, as on Windows."""
+    check = lab.value("show client_connection_check_interval")
+    lab.set(client_connection_check_interval=0)
+    holder = lab.session("holder")
+    holder.run("begin; update hot set n = n + 1 where id = 1")
+    kernel = None
+    try:
+        code = ("import labkit; lab = labkit.start('tests'); lab.pgbench('update hot set n = n + 1 where id = 1;', "
+                "name='orphan-waits', clients=2, duration=60, live=False)")
+        kernel = subprocess.Popen([sys.executable, "-c", code], env=os.environ.copy())
+        waiting = "select count(*) from pg_stat_activity where application_name like 'labkit-run-%' and wait_event_type = 'Lock'"
+        deadline = time.monotonic() + 30
+        while lab.value(waiting) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert lab.value(waiting) == 2, "the run's clients did not queue behind the holder"
+        kernel.kill()  # what nbval does to a kernel; pgbench goes with it (or is killed by the reaper)
+        kernel.wait()
+        lab.server.reap_orphans()  # what the watchdog does every 2 s (it may have done it already)
+        deadline = time.monotonic() + 10
+        while leftover_backends(lab) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert leftover_backends(lab) == 0
+        assert holder.run("select 1").message() == "SELECT 1"  # the holder still holds its lock: they were ended
+    finally:
+        if kernel is not None and kernel.poll() is None:
+            kernel.kill()
+            kernel.wait()
+        holder.run("rollback")
+        lab.set(client_connection_check_interval=check)
+
+
 def test_check_notes_one_row_in_the_run(lab, hot_row):
     from labkit import records
 

@@ -1,7 +1,13 @@
-"""The embedded server: start, reuse, settings, restart, recovery, and no TCP listener."""
+"""The embedded server: start, reuse, settings, restart, recovery, and how it listens on this OS.
+
+On Linux and macOS the server has a Unix socket in a private folder and no TCP listener; on
+Windows it listens on 127.0.0.1 only, with a password (tests/integration/test_transports.py runs
+that transport on every OS).
+"""
 
 import os
-import signal
+import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -13,7 +19,7 @@ import psycopg
 import pytest
 
 import labkit
-from labkit.embedded import EmbeddedServer
+from labkit.embedded import INCLUDE_LINE, EmbeddedServer
 from labkit.errors import LabkitError, UsageError
 from labkit.profiles import Profile
 
@@ -40,16 +46,24 @@ def test_on_binder_without_a_profile_the_ci_profile_is_used_and_said(lab, monkey
     assert labkit.start("tests", profile="ci").messages == [m for m in binder.messages if "On Binder" not in m]
 
 
-def test_lab_settings_and_no_network(lab):
+def test_lab_settings_and_how_it_listens(lab):
     settings = lab.settings().set_index("name")["setting"]
-    assert settings["listen_addresses"] == ""
     assert settings["shared_preload_libraries"] == "pg_stat_statements"
     assert settings["synchronous_commit"] == "off"
+    # The connection check where the OS has it (the manual: Linux, macOS, illumos, the BSDs).
+    assert settings["client_connection_check_interval"] == ("0" if os.name == "nt" else "2000")
     assert lab.value("select count(*) from pg_extension where extname = 'pg_stat_statements'") == 1
     server = EmbeddedServer()
     postmaster = psutil.Process(server.postmaster_pid())
-    assert [c for c in postmaster.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN] == []
-    assert oct(server.socket_dir.stat().st_mode & 0o777) == "0o700"
+    listening = {(c.laddr.ip, c.laddr.port) for c in postmaster.net_connections(kind="inet")
+                 if c.status == psutil.CONN_LISTEN}
+    if os.name == "nt":
+        assert settings["listen_addresses"] == "127.0.0.1"
+        assert listening == {("127.0.0.1", server.port)}
+    else:
+        assert settings["listen_addresses"] == ""
+        assert listening == set()
+        assert stat.S_IMODE(server.socket_dir.stat().st_mode) == 0o700
 
 
 def test_setting_that_needs_a_restart(lab):
@@ -95,7 +109,7 @@ def test_a_killed_server_is_recovered_by_the_next_start():
     server = EmbeddedServer(home)
     try:
         server.start(Profile.named("ci"), watch=False)
-        os.kill(server.postmaster_pid(), signal.SIGKILL)
+        psutil.Process(server.postmaster_pid()).kill()  # SIGKILL; TerminateProcess on Windows
         deadline = time.monotonic() + 10
         while server.postmaster_pid() is not None and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -105,7 +119,30 @@ def test_a_killed_server_is_recovered_by_the_next_start():
             assert connection.execute("select 1").fetchone() == (1,)
     finally:
         server.stop(mode="immediate")
-        subprocess.run(["rm", "-rf", str(home)], check=False)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_cluster_whose_postgresql_conf_has_a_refused_line_still_starts():
+    """An older labkit wrote client_connection_check_interval = '2s' into postgresql.conf on every OS,
+    which keeps a Windows server from starting. labkit.conf, included last, overrides it; PostgreSQL
+    ignores the earlier of two entries without checking its value. A value no OS accepts stands in
+    here for the one Windows refuses."""
+    home = Path(tempfile.mkdtemp(prefix="labkit-old conf-"))
+    server = EmbeddedServer(home)
+    try:
+        server.start(Profile.named("ci"), watch=False)
+        server.stop()
+        conf = server.data_dir / "postgresql.conf"
+        text = conf.read_text(encoding="utf-8").replace(INCLUDE_LINE, "")
+        conf.write_text(text + "client_connection_check_interval = 'refused here'\n" + INCLUDE_LINE + "\n",
+                        encoding="utf-8")
+        assert server.start(Profile.named("ci"), watch=False) is True
+        with psycopg.connect(server.conninfo(), connect_timeout=5) as connection:
+            value = connection.execute("show client_connection_check_interval").fetchone()[0]
+        assert value == ("0" if os.name == "nt" else "2s")
+    finally:
+        server.stop(mode="immediate")
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def test_watchdog_stops_an_unused_server():
@@ -122,7 +159,7 @@ def test_watchdog_stops_an_unused_server():
         assert not server.running()
     finally:
         EmbeddedServer(home).stop(mode="immediate")
-        subprocess.run(["rm", "-rf", str(home)], check=False)
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def test_bad_dsn_fails_fast_with_a_sentence(monkeypatch):
