@@ -112,8 +112,9 @@ def pgbench_command(args, extra: list[str]) -> int:
     from .lab import start
     from .live import Printer
     from .probes import WAIT_EVENTS
+    from .profiles import current
 
-    spec = pgbench.parse_options(extra, name=args.name)
+    spec = pgbench.parse_options(extra, name=args.name, defaults=current().run_defaults())
     lab = start(args.notebook)
     try:
         run = lab.run_spec(spec, probes=[] if args.no_probes else [WAIT_EVENTS], live=False, observer=Printer())

@@ -231,14 +231,17 @@ class Lab:
 
     # -- pgbench
 
-    def pgbench(self, script: str = "", *, name: str = "run", clients: int | None = None,
+    def pgbench(self, script: str = "", *, name: str | None = None, clients: int | None = None,
                 duration: float | None = None, transactions: int | None = None, jobs: int | None = None,
                 mode: str | None = None, options: str | list[str] = (), probes: list[Probe] | None = None,
                 live: bool | None = None, work: str | None = None, perf: bool = False, hold_sessions: bool = False,
                 setup: str | None = None):
         """Run ``script`` with pgbench; returns the :class:`~labkit.records.Run` (also saved).
 
-        ``options`` takes any other pgbench option as on the command line (e.g. ``"-D n=5 -R 500"``).
+        ``options`` takes any pgbench option as on the command line (e.g. ``"-c 8 -T 30 -D n=5"``); a
+        keyword argument and an option that both set the same thing must agree. What neither sets
+        comes from the profile (its clients and duration), as in ``%%pgbench``. The name defaults
+        to ``run``.
         ``probes`` defaults to the wait-event probe; pass ``[]`` for none.
         ``live`` shows the live chart (default: when running in a notebook).
         ``work`` is SQL returning one number, the work done so far (e.g. ``select count(*) from done``):
@@ -251,10 +254,9 @@ class Lab:
         ``setup`` is SQL run just before pgbench starts (e.g. ``call refill(20000)``), so that a run
         can be repeated alone.
         """
-        if transactions is None and duration is None:
-            duration = self.profile.duration_s
-        spec = pgbench.parse_options(options, script=script, name=name, clients=clients or self.profile.clients,
-                                     duration_s=duration, transactions=transactions, jobs=jobs, mode=mode)
+        spec = pgbench.parse_options(options, script=script, name=name, clients=clients,
+                                     duration_s=duration, transactions=transactions, jobs=jobs, mode=mode,
+                                     defaults=self.profile.run_defaults())
         return self.run_spec(spec, probes=probes, live=live, work=work, perf=perf, hold_sessions=hold_sessions,
                              setup=setup)
 

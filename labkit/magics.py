@@ -136,7 +136,7 @@ class LabMagics(Magics):
             probes += [self._probe(name) for value in chosen.get("--probes", []) for name in value.split(",") if name]
             work = self._sql_variable("--work", chosen, "counting the work done", "select count(*) from done")
             setup = self._sql_variable("--setup", chosen, "to run before pgbench", "call refill(1000)")
-            spec = pgbench.parse_options(words, script=cell)
+            spec = pgbench.parse_options(words, script=cell, defaults=lab.profile.run_defaults())
             return lab.run_spec(spec, probes=probes, work=work, hold_sessions="--hold-sessions" in flags,
                                 setup=setup)
         except LabkitError as error:

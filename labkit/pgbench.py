@@ -155,21 +155,26 @@ def split_options(line: str) -> list[str]:
         raise UsageError(f"Could not read the options ({error}): check the quotes.") from None
 
 
-def parse_options(argv: list[str] | str = (), *, script: str | None = None, name: str = "run",
-                  **chosen) -> Spec:
+def parse_options(argv: list[str] | str = (), *, script: str | None = None, name: str | None = None,
+                  defaults: dict | None = None, **chosen) -> Spec:
     """Parse pgbench-style options (plus ``--name`` and ``--no-log``) into a checked :class:`Spec`.
 
     ``script`` is the cell body, used when no ``-f`` is given. ``chosen`` fields of :class:`Spec`
-    (``clients=8, duration_s=5`` ...; None means not chosen) win over the options: this is how
-    :meth:`labkit.lab.Lab.pgbench` passes its keyword arguments, parsed and checked once with the rest.
-    Unknown options raise :class:`UsageError` with a one-line hint.
+    (``clients=8, duration_s=5`` ...; None means not chosen) are what
+    :meth:`labkit.lab.Lab.pgbench` passes as keyword arguments: they go with the options, and a
+    field given both ways with two values is refused. ``defaults`` (the profile's clients and
+    duration, :meth:`labkit.profiles.Profile.run_defaults`) fill what neither gives; a run
+    given ``-t`` takes no default duration. Unknown options raise :class:`UsageError` with a
+    one-line hint.
 
-    >>> parse_options("-T 5 -c 2", script="select 1", clients=4, transactions=None).clients
+    >>> parse_options("-T 5", script="select 1", clients=4, defaults={"clients": 8, "duration_s": 15}).clients
     4
+    >>> parse_options("-t 100", script="select 1", defaults={"clients": 8, "duration_s": 15}).duration_s is None
+    True
     """
     if isinstance(argv, str):
         argv = split_options(argv)
-    values: dict = {"name": name}
+    values: dict = {}
     scripts: list[Script] = []
     defines: list[tuple[str, str]] = []
     flags: list[str] = []
@@ -185,10 +190,7 @@ def parse_options(argv: list[str] | str = (), *, script: str | None = None, name
         if option in _MANAGED:
             raise UsageError(f"pgbench option {option} is not needed here: {_MANAGED[option]}.")
         if option not in _OPTIONS:
-            raise UsageError(
-                f"Unknown pgbench option {token!r}. Known here: -c -j -T -t -M -D -R -L -f -C "
-                "--max-tries --random-seed --sampling-rate --failures-detailed --name --no-log."
-            )
+            raise UsageError(f"Unknown pgbench option {token!r}. Known here: {known_options()}.")
         key, kind = _OPTIONS[option]
         if kind == "ignore":
             continue
@@ -211,18 +213,28 @@ def parse_options(argv: list[str] | str = (), *, script: str | None = None, name
             defines.append(tuple(inline.split("=", 1)))
         else:
             values[key] = _convert(option, inline, kind)
-    if not scripts:
-        scripts = [Script(f"{values['name']}.sql", script or "")]
-    chosen = {key: value for key, value in chosen.items() if value is not None}
-    if "transactions" in chosen:
-        values.pop("duration_s", None)
-    elif "duration_s" in chosen:
-        values.pop("transactions", None)
-    values.update(chosen)
+    for key, value in {"name": name, **chosen}.items():
+        if value is None:
+            continue
+        if key in values and values[key] != value:
+            raise UsageError(f"{key} is given twice, as {value!r} and in the options as {values[key]!r}: keep one.")
+        values[key] = value
+    values.setdefault("name", "run")
+    for key, value in (defaults or {}).items():
+        if key == "duration_s" and "transactions" in values:
+            continue
+        values.setdefault(key, value)
     if values.get("duration_s") is None and values.get("transactions") is None:
         values["duration_s"] = 10
+    if not scripts:
+        scripts = [Script(f"{values['name']}.sql", script or "")]
     spec = Spec(scripts=tuple(scripts), defines=tuple(defines), flags=tuple(flags), **values)
     return spec.validated()
+
+
+def known_options() -> str:
+    """The options ``%%pgbench`` takes, for an error message (from the table that parses them)."""
+    return " ".join(sorted(option for option, (_, kind) in _OPTIONS.items() if kind != "ignore"))
 
 
 def _convert(option: str, value: str, kind: str):

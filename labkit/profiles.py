@@ -44,6 +44,10 @@ class Profile:
                 "(set LABKIT_PROFILE or pass profile=...)."
             ) from None
 
+    def run_defaults(self) -> dict:
+        """What a run takes when it does not say: this profile's clients and duration (``Spec`` fields)."""
+        return {"clients": self.clients, "duration_s": self.duration_s}
+
     def pick(self, *, ci, laptop, article=None):
         """The value for this profile (``article`` falls back to ``laptop``)."""
         if self.name == "ci":

@@ -57,6 +57,14 @@ def test_pgbench_magic_runs_and_refuses_bad_options(shell, hot_row):
         shell.run_cell_magic("pgbench", "-c 1 -T 1 --probes nothing", "select 1;")
 
 
+def test_the_magic_and_lab_pgbench_share_the_profiles_defaults(shell, lab):
+    """Without -c, %%pgbench runs the profile's clients (it used 1); Lab.pgbench's options are obeyed."""
+    run = shell.run_cell_magic("pgbench", "-t 3 --name magic-defaults", "select 1;")
+    assert (run.clients, run.transactions, run.duration_s) == (lab.profile.clients, 3 * lab.profile.clients, None)
+    run = lab.pgbench("select 1;", name="options-obeyed", options="-c 2 -t 5", live=False)
+    assert (run.clients, run.transactions) == (2, 10)
+
+
 def test_pgbench_magic_records_goodput(shell, hot_row):
     shell.user_ns["evens"] = "select n / 2 from hot where id = 1"
     run = shell.run_cell_magic("pgbench", "-c 2 -T 2 --name halves --work evens",

@@ -68,3 +68,38 @@ def test_argv_always_reports_progress_and_logs():
     assert argv[-2:] == ["-f", "s.sql@1"]  # no server, no database: those travel in libpq's environment
     no_log = parse_options("-c 2 -T 3 --no-log", script="select 1;")
     assert "-l" not in build_argv(no_log, [Path("s.sql")], log_prefix=Path("tx"))
+
+
+# One set of run defaults: the profile's, for Lab.pgbench, %%pgbench and the CLI alike.
+PROFILE = {"clients": 16, "duration_s": 15}
+
+
+def test_options_win_over_the_profiles_defaults():
+    spec = parse_options("-c 8 -T 30", script="select 1;", defaults=PROFILE)
+    assert (spec.clients, spec.duration_s, spec.transactions) == (8, 30, None)
+
+
+def test_transactions_are_kept_and_take_no_default_duration():
+    spec = parse_options("-t 100", script="select 1;", defaults=PROFILE)
+    assert (spec.clients, spec.duration_s, spec.transactions) == (16, None, 100)
+
+
+def test_nothing_given_takes_the_profiles_clients_and_duration():
+    spec = parse_options("", script="select 1;", defaults=PROFILE)
+    assert (spec.clients, spec.duration_s, spec.name) == (16, 15, "run")
+
+
+def test_keywords_go_with_the_options_and_must_agree_with_them():
+    spec = parse_options("-T 30 --name x", script="select 1;", clients=4, defaults=PROFILE)
+    assert (spec.clients, spec.duration_s, spec.name) == (4, 30, "x")
+    with pytest.raises(UsageError, match="clients is given twice, as 4 and in the options as 8: keep one"):
+        parse_options("-c 8", script="select 1;", clients=4, defaults=PROFILE)
+    with pytest.raises(UsageError, match="either -T"):
+        parse_options("-t 100", script="select 1;", duration_s=5, defaults=PROFILE)
+
+
+def test_the_hint_lists_every_option_the_parser_takes():
+    with pytest.raises(UsageError) as raised:
+        parse_options("--bogus", script="select 1;")
+    for option in ("--verbose-errors", "--exit-on-abort", "--connect", "-C", "--no-log", "-D", "-f"):
+        assert f" {option} " in f" {raised.value} ".replace(".", " ")
