@@ -43,6 +43,9 @@ class Run:
     latency_ms: dict = field(default_factory=dict)  # avg, stddev, p50, p95, p99, max
     transactions: int | None = None
     failures: int = 0
+    serialization_failures: int | None = None  # failed transactions by kind (pgbench 15+, None before)
+    deadlock_failures: int | None = None
+    retried: int | None = None  # transactions that needed more than one try (--max-tries)
     retries: int | None = None
     aborted_clients: int = 0
     errors: list[str] = field(default_factory=list)
@@ -154,9 +157,13 @@ class Run:
     def load(cls, path: Path | str) -> Run:
         path = Path(path)
         try:
-            run = cls.from_dict(json.loads(path.read_text(encoding=ENCODING)))
+            data = json.loads(path.read_text(encoding=ENCODING))
+            run = cls.from_dict(data)
         except (OSError, ValueError, TypeError, AttributeError) as error:
             raise UsageError(f"{path} is not a readable run record: {error}") from None
+        if not isinstance(run.format, int) or run.format > FORMAT:
+            raise UsageError(f"{path} was written by a newer labkit (record format {run.format}; this one reads "
+                             f"{FORMAT}): update labkit to read it.")
         run.path = str(path)
         return run
 

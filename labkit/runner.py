@@ -200,11 +200,16 @@ class PgbenchRunner:
             wall_s = time.monotonic() - started
             if reader is not None:
                 reader.close()
+            else:
+                process.stdout.close()
+                process.stderr.close()
             samples = sampler.stop()
             if registry is not None:
                 registry.remove(process.pid)
         # Backends flush their statistics as they exit: wait, so the next query sees this run's counts.
         wait_backends_gone(self.target.conninfo, application_name)
+        if reader is None:  # interrupted before pgbench's output was read: nothing was measured
+            reader = _OutputReader.nothing()
         outputs = outcome.Outputs(stdout=reader.stdout(), stderr="\n".join(reader.other_lines), progress=reader.progress,
                                   wall_s=wall_s, transaction_log=_read_logs(workdir / "tx"), samples=samples,
                                   probe_errors=sampler.errors, interrupted=interrupted, exit_code=process.returncode)
@@ -228,6 +233,13 @@ class _OutputReader:
                          threading.Thread(target=self._read_stderr, daemon=True, name="labkit-pgbench-err")]
         for thread in self._threads:
             thread.start()
+
+    @classmethod
+    def nothing(cls) -> _OutputReader:
+        """A reader that read nothing (for a run interrupted before its output was read)."""
+        reader = cls.__new__(cls)
+        reader._stdout, reader.progress, reader.other_lines = [], [], []
+        return reader
 
     def _read_stdout(self) -> None:
         self._stdout.append(self.process.stdout.read().decode(ENCODING, errors="replace"))

@@ -109,6 +109,19 @@ def test_interrupt_stops_pgbench_and_its_backends(lab, hot_row):
     assert leftover_backends(lab) == 0
 
 
+def test_an_interrupt_before_the_output_is_read_stops_the_run_cleanly(lab, monkeypatch):
+    """Ctrl+C can land between pgbench's start and the reader's: a KeyboardInterrupt, not an AttributeError."""
+
+    def interrupted(self, process):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner._OutputReader, "__init__", interrupted)
+    with pytest.raises(KeyboardInterrupt, match="interrupted after"):
+        lab.pgbench("select pg_sleep(0.05);", name="early-interrupt", clients=2, duration=30, live=False)
+    assert pgbench_children() == []
+    assert leftover_backends(lab) == 0
+
+
 def test_one_run_at_a_time(lab):
     results = {}
 

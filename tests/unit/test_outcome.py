@@ -59,3 +59,14 @@ def test_an_interrupted_run_is_not_a_failure():
     spec = pgbench.parse_options("-c 2 -T 2", script="select 1;")
     outputs = outputs_of("pgbench18_sql_error", exit_code=-2, interrupted=True)
     assert outcome.failure(outputs, outcome.record(spec, CONTEXT, outputs)) is None
+
+
+def test_failures_by_kind_and_retries_are_kept_in_the_record():
+    """Serialization and deadlock failures are the lesson in a concurrency lab: the record keeps them."""
+    spec = pgbench.parse_options("-c 4 -j 1 -T 3 --max-tries 5", script="update hot set n = n + 1 where id = 1;")
+    run = outcome.record(spec, CONTEXT, outputs_of("pgbench18_retries"))
+    assert (run.failures, run.serialization_failures, run.deadlock_failures) == (2313, 2313, 0)
+    assert (run.retried, run.retries) == (9047, 22639)
+    from labkit.records import Run
+
+    assert Run.from_dict(run.to_dict()).serialization_failures == 2313

@@ -37,6 +37,14 @@ def test_listing_filters_and_newest(tmp_path):
     assert records.latest(found)["plain"].tps == 2.0
 
 
+def test_a_record_from_a_newer_labkit_says_so(tmp_path):
+    data = make_run().to_dict()
+    data["format"] = records.FORMAT + 1
+    (tmp_path / "newer.json").write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(UsageError, match="written by a newer labkit"):
+        records.Run.load(tmp_path / "newer.json")
+
+
 def test_unreadable_record_says_so(tmp_path):
     path = tmp_path / "x.json"
     path.write_text(json.dumps([1, 2]))
