@@ -115,6 +115,7 @@ class EmbeddedServer(Server):
         self.log_file = self.log_dir / "server.log"
         self.state_file = self.home / "connection.json"
         self.password_file = self.home / "password"
+        self.watchdog_file = self.home / "watchdog.json"
         self.kernels = ProcessRegistry(self.home / "kernels")
         self.pgbench = ProcessRegistry(self.home / "pgbench")
         self._lock = filelock.FileLock(str(self.home / "server.lock"))
@@ -287,19 +288,20 @@ class EmbeddedServer(Server):
         service_user.give(path)
 
     def start(self, profile: Profile, *, watch: bool = True) -> bool:
+        """Start the server unless it runs (True when this call started it); and a watchdog unless one watches."""
         with self._lock:
             self._prepare_dirs()
-            if self.running():
-                return False
-            if not self.initialized():
-                self._init(profile)
-            self._remove_stale_pid_file()
-            self._write_start_settings(profile)
-            self._program("pg_ctl", "start", "-D", str(self.data_dir), "-l", str(self.log_file),
-                          "-w", "-t", "60", timeout=90)
-        if watch:
+            started = not self.running()
+            if started:
+                if not self.initialized():
+                    self._init(profile)
+                self._remove_stale_pid_file()
+                self._write_start_settings(profile)
+                self._program("pg_ctl", "start", "-D", str(self.data_dir), "-l", str(self.log_file),
+                              "-w", "-t", "60", timeout=90)
+        if watch and self.watchdog_pid() is None:  # none yet, or it died: a server must never be left unwatched
             self.spawn_watchdog()
-        return True
+        return started
 
     def _remove_stale_pid_file(self) -> None:
         """A killed postmaster leaves postmaster.pid; if its pid now names another program, remove it."""
@@ -365,6 +367,15 @@ class EmbeddedServer(Server):
         if names and self.running():
             db.terminate_runs(self.admin_conninfo(), names)
         return [entry["pid"] for entry in orphans if entry["killed"]]
+
+    def watchdog_pid(self) -> int | None:
+        """The pid of the watchdog watching this home, None when none runs."""
+        try:
+            entry = read_json(self.watchdog_file, seconds=0.2)
+        except (OSError, ValueError):
+            return None
+        pid = entry.get("pid")
+        return pid if pid and processes.alive(pid, entry.get("created")) else None
 
     def spawn_watchdog(self) -> None:
         """Start the watchdog (one per home: a second one exits at once)."""

@@ -3,37 +3,73 @@
 Started next to the server (``python -m labkit.watchdog HOME``), detached, so it outlives the
 kernel that started it. Kernels register in the server's kernels registry; a kernel killed
 outright cannot unregister, so liveness is checked by pid and start time. Every few seconds
-it also kills pgbench processes whose kernel is gone. One watchdog per home (a file lock);
-it exits when the server is gone.
+it also kills pgbench processes whose kernel is gone, and ends their runs' backends. One
+watchdog per home (a file lock); it says who it is in ``watchdog.json`` (so that
+``labkit.start()`` starts another when it has died), logs to ``log/watchdog.log`` in the
+server's home, and exits when the server is gone. A check that fails is logged and tried
+again at the next poll: the watchdog does not die of it.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 import sys
 import time
 from pathlib import Path
 
 import filelock
 
-from . import config
+from . import config, processes
 from .embedded import EmbeddedServer
+from .registry import write_whole
 
 POLL_SECONDS = 2.0
+log = logging.getLogger("labkit")
+
+
+def _log_to(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, encoding=config.ENCODING)
+    handler.setFormatter(logging.Formatter("%(asctime)s watchdog %(process)d %(levelname)s: %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+
+
+def _check(server: EmbeddedServer, idle_since: float | None) -> tuple[bool, float | None]:
+    """One poll: reap orphans, then stop the server if it has been unused long enough; (stopped, idle_since)."""
+    killed = server.reap_orphans()
+    if killed:
+        log.info("killed pgbench %s: its kernel is gone", ", ".join(map(str, killed)))
+    if server.kernels.live():
+        return False, None
+    idle_since = idle_since or time.monotonic()
+    if time.monotonic() - idle_since >= config.idle_stop_seconds() and server.stop_if_unused():
+        log.info("stopped the server: no kernel used it for %.0f s", config.idle_stop_seconds())
+        return True, idle_since
+    return False, idle_since
 
 
 def watch(home: Path) -> None:
     server = EmbeddedServer(home)
     try:
         with filelock.FileLock(str(home / "watchdog.lock"), timeout=0):
+            _log_to(server.log_dir / "watchdog.log")
+            write_whole(server.watchdog_file, json.dumps({"pid": os.getpid(),
+                                                          "created": processes.started_at(os.getpid())}))
+            log.info("watching %s", home)
             idle_since = None
-            while server.running():
-                server.reap_orphans()
-                if server.kernels.live():
-                    idle_since = None
-                else:
-                    idle_since = idle_since or time.monotonic()
-                    if time.monotonic() - idle_since >= config.idle_stop_seconds() and server.stop_if_unused():
+            while True:
+                try:
+                    if not server.running():
+                        log.info("the server is gone: exiting")
                         return
+                    stopped, idle_since = _check(server, idle_since)
+                    if stopped:
+                        return
+                except Exception:  # noqa: BLE001 - a failed check must not end the watch
+                    log.exception("a check failed; trying again in %.0f s", POLL_SECONDS)
                 time.sleep(POLL_SECONDS)
     except filelock.Timeout:
         return  # another watchdog already watches this home

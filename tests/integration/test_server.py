@@ -162,6 +162,36 @@ def test_watchdog_stops_an_unused_server():
         shutil.rmtree(home, ignore_errors=True)
 
 
+def _wait_for(condition, seconds: float = 20):
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return condition()
+
+
+def test_a_failed_check_is_logged_and_a_dead_watchdog_is_replaced(monkeypatch):
+    home = Path(tempfile.mkdtemp(prefix="labkit-watch-"))
+    server = EmbeddedServer(home)
+    monkeypatch.setenv("LABKIT_IDLE_STOP", "not a number")  # the watchdog inherits it: every check fails
+    try:
+        server.start(Profile.named("ci"))
+        assert _wait_for(lambda: server.watchdog_pid() is not None)
+        first = server.watchdog_pid()
+        log = server.log_dir / "watchdog.log"
+        assert _wait_for(lambda: log.exists() and "a check failed" in log.read_text(encoding="utf-8"))
+        time.sleep(2.5)  # a poll later, it still runs: a failed check does not end the watch
+        assert server.watchdog_pid() == first and "ValueError" in log.read_text(encoding="utf-8")
+        psutil.Process(first).kill()
+        assert _wait_for(lambda: server.watchdog_pid() is None)
+        assert server.start(Profile.named("ci")) is False  # the server still runs; its watchdog did not
+        assert _wait_for(lambda: server.watchdog_pid() not in (None, first))
+    finally:
+        if server.watchdog_pid():
+            psutil.Process(server.watchdog_pid()).kill()
+        server.stop(mode="immediate")
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def test_bad_dsn_fails_fast_with_a_sentence(monkeypatch):
     monkeypatch.setenv("LABKIT_DSN", "host=/nonexistent-dir port=5 user=nobody dbname=x")
     started = time.monotonic()
