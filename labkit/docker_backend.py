@@ -39,12 +39,15 @@ def engine_problem(timeout: float = 3.0) -> str | None:
     try:
         client = DockerClient(timeout=timeout).client
         client.ping()
+        system = client.info().get("OSType")
     except Exception as error:  # noqa: BLE001 - any failure means: no engine to use
         text = str(error).splitlines()[0] if str(error) else type(error).__name__
         return f"no Docker engine answers at {host}: {text[:120]}"
     finally:
         if client is not None:
             client.close()
+    if system != "linux":  # Docker on a Windows host in Windows-containers mode cannot run postgres:18
+        return f"the Docker engine at {host} runs {system} containers; the lab image needs Linux containers"
     return None
 
 

@@ -175,17 +175,23 @@ class EmbeddedServer(Server):
         return f"postgresql://{USER}@/{database}?host={quote(str(self.socket_dir), safe='/')}&port={self.port}"
 
     def postmaster_pid(self) -> int | None:
+        """The server's main process, from postmaster.pid, if that process is still the server."""
+        path = self.data_dir / "postmaster.pid"
         try:
-            first = (self.data_dir / "postmaster.pid").read_text(encoding=ENCODING).splitlines()[0]
+            first = path.read_text(encoding=ENCODING).splitlines()[0]
             pid = int(first)
+            written = path.stat().st_mtime
         except (OSError, ValueError, IndexError):
             return None
         try:
-            name = psutil.Process(pid).name()
+            process = psutil.Process(pid)
+            name, created = process.name(), process.create_time()
         except psutil.AccessDenied:
             return pid  # a process we may not inspect is still a live server: never remove its pid file
         except psutil.Error:
             return None
+        if created > written + 1:  # the pid went to a process started after the server last wrote its file
+            return None  # (Windows reuses pids quickly, and the new owner may be one of our own backends)
         return pid if "postgres" in name or "postmaster" in name else None
 
     def running(self) -> bool:

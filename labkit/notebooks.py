@@ -29,7 +29,7 @@ _CHANNEL_SUFFIX = "-65535"
 
 
 def socket_folder_base(temporary: str | None = None) -> str | None:
-    """Where the headless kernel's private socket folder is made (None: the usual temporary folder).
+    """Where the headless kernel's private socket folder is made on POSIX (None: the usual temporary folder).
 
     macOS runners and some home folders have a temporary folder so deep that a ZeroMQ socket in
     it would pass the 104-byte limit, and the kernel would die at start: /tmp is used then.
@@ -39,9 +39,7 @@ def socket_folder_base(temporary: str | None = None) -> str | None:
     """
     temporary = temporary or tempfile.gettempdir()
     longest = f"{temporary}/labkit-kernel-xxxxxxxx/kernel{_CHANNEL_SUFFIX}"
-    if os.name == "nt" or len(longest.encode()) < SOCKET_PATH_LIMIT:
-        return None
-    return "/tmp"
+    return None if len(longest.encode()) < SOCKET_PATH_LIMIT else "/tmp"
 
 
 def kernel_transport(folder: Path) -> dict:
@@ -75,7 +73,7 @@ def execute(path: Path, *, profile: str | None = None, output_dir: Path = Path("
     started = time.monotonic()
     error = None
     current: list[int] = []  # the index of the cell running now
-    with tempfile.TemporaryDirectory(prefix="labkit-kernel-", dir=socket_folder_base()) as sockets:
+    with tempfile.TemporaryDirectory(prefix="labkit-kernel-", dir=None if os.name == "nt" else socket_folder_base()) as sockets:
         client = NotebookClient(notebook, timeout=timeout, kernel_name="python3",
                                 config=Config(kernel_transport(Path(sockets))),
                                 resources={"metadata": {"path": str(path.parent)}},

@@ -4,7 +4,6 @@ Where no engine answers (these CI machines), the tests are skipped with the engi
 the failure path without an engine is tested in test_server.py.
 """
 
-import os
 import subprocess
 import sys
 
@@ -21,16 +20,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.docker,
 
 @pytest.fixture(scope="module")
 def docker_lab():
-    old = os.environ.get("LABKIT_BACKEND")
-    os.environ["LABKIT_BACKEND"] = "docker"
-    lab = labkit.start("docker-check")
-    yield lab
-    lab.close()
-    lab.server.stop()
-    if old is None:
-        os.environ.pop("LABKIT_BACKEND")
-    else:
-        os.environ["LABKIT_BACKEND"] = old
+    with pytest.MonkeyPatch.context() as patch:  # later tests must find the environment as it was, even on failure
+        patch.setenv("LABKIT_BACKEND", "docker")
+        lab = labkit.start("docker-check")
+        try:
+            yield lab
+        finally:
+            lab.close()
+            lab.server.stop()
 
 
 def test_the_image_has_the_lab_settings_and_extensions(docker_lab):

@@ -50,14 +50,14 @@ def test_the_badge_goes_between_the_markers_once(tmp_path):
 
 def test_a_readme_without_markers_is_left_alone(tmp_path):
     readme = tmp_path / "README.md"
-    readme.write_text("# Labs\n")
+    readme.write_text("# Labs\n", encoding="utf-8")
     with pytest.raises(UsageError, match="badge markers"):
         binder.write_badge(readme, "x")
-    assert readme.read_text() == "# Labs\n"
+    assert readme.read_text(encoding="utf-8") == "# Labs\n"
 
 
 def test_the_project_readme_has_the_markers_near_its_top():
-    lines = (ROOT / "README.md").read_text().splitlines()
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     assert binder.BEGIN in lines[:5] and binder.END in lines[:8]
 
 
