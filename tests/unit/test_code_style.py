@@ -1,4 +1,4 @@
-"""Habits the project keeps: ruff is clean, notebooks are committed without outputs."""
+"""Habits the project keeps: ruff is clean, one module connects, notebooks are committed without outputs."""
 
 import json
 import shutil
@@ -18,6 +18,13 @@ def test_ruff_finds_nothing():
     result = subprocess.run([ruff, "check", "labkit", "tests"], cwd=ROOT, capture_output=True, text=True,
                             encoding="utf-8")
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_one_module_connects():
+    """labkit.db sets every connection's options and names its role; no other module calls psycopg.connect."""
+    callers = sorted(path.name for path in (ROOT / "labkit").glob("*.py")
+                     if "psycopg.connect(" in path.read_text(encoding="utf-8"))
+    assert callers == ["db.py"]
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda path: path.name)
