@@ -86,7 +86,7 @@ def start_settings(profile: Profile, system: str, *, transport: str, port: int, 
     >>> settings = start_settings(Profile.named("ci"), "windows", transport="tcp", port=54321)
     >>> settings["client_connection_check_interval"], settings["listen_addresses"], settings["port"]
     ('0', '127.0.0.1', '54321')
-    >>> start_settings(Profile.named("ci"), "macos", transport="socket", port=5432, socket_dir="/tmp/x")[
+    >>> start_settings(Profile.named("ci"), "macos", transport="socket", port=5432, socket_dir="run")[
     ...     "client_connection_check_interval"]
     '2s'
     """

@@ -208,9 +208,10 @@ class PgbenchRunner:
                 registry.remove(process.pid)
         # Backends flush their statistics as they exit: wait, so the next query sees this run's counts.
         wait_backends_gone(self.target.conninfo, application_name)
-        if reader is None:  # interrupted before pgbench's output was read: nothing was measured
-            reader = _OutputReader.nothing()
-        outputs = outcome.Outputs(stdout=reader.stdout(), stderr="\n".join(reader.other_lines), progress=reader.progress,
+        read = reader is not None  # else interrupted before pgbench's output was read: nothing was measured
+        outputs = outcome.Outputs(stdout=reader.stdout() if read else "",
+                                  stderr="\n".join(reader.other_lines) if read else "",
+                                  progress=reader.progress if read else [],
                                   wall_s=wall_s, transaction_log=_read_logs(workdir / "tx"), samples=samples,
                                   probe_errors=sampler.errors, interrupted=interrupted, exit_code=process.returncode)
         return outcome.record(spec, context, outputs), outputs
@@ -233,13 +234,6 @@ class _OutputReader:
                          threading.Thread(target=self._read_stderr, daemon=True, name="labkit-pgbench-err")]
         for thread in self._threads:
             thread.start()
-
-    @classmethod
-    def nothing(cls) -> _OutputReader:
-        """A reader that read nothing (for a run interrupted before its output was read)."""
-        reader = cls.__new__(cls)
-        reader._stdout, reader.progress, reader.other_lines = [], [], []
-        return reader
 
     def _read_stdout(self) -> None:
         self._stdout.append(self.process.stdout.read().decode(ENCODING, errors="replace"))

@@ -28,7 +28,7 @@ REFUSED_BY_MANUAL = {
 
 def settings_for(system: str, profile: str = "laptop") -> dict[str, str]:
     transport = "tcp" if system == "windows" else "socket"
-    return start_settings(Profile.named(profile), system, transport=transport, port=5432, socket_dir="/tmp/s")
+    return start_settings(Profile.named(profile), system, transport=transport, port=5432, socket_dir="run")
 
 
 @pytest.mark.parametrize("system", SYSTEMS)
@@ -50,7 +50,7 @@ def test_what_each_system_gets():
     # The transport: TCP on loopback with no socket on Windows; a private socket and no TCP elsewhere.
     assert (windows["listen_addresses"], windows["unix_socket_directories"]) == ("127.0.0.1", "")
     assert (linux["listen_addresses"], linux["unix_socket_permissions"]) == ("", "0700")
-    assert linux["unix_socket_directories"] == '"/tmp/s"'
+    assert linux["unix_socket_directories"] == '"run"'
     # Everything else is the same everywhere.
     same = set(LAB_SETTINGS) - {"client_connection_check_interval"}
     assert {name: windows[name] for name in same} == {name: linux[name] for name in same} == {
