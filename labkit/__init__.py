@@ -22,7 +22,7 @@ The server, behind one interface (:class:`labkit.backend.Server`, picked by
 - ``watchdog``     stops an unused server, reaps orphaned pgbench and ends their runs' backends;
   it logs to ``log/watchdog.log`` in the server's home (logger ``labkit``)
 - ``db``           the one place that connects: every connection's options, and the
-  ``application_name`` of each role (sessions, a run's clients, probes, observer, admin)
+  ``application_name`` of each role (sessions, a run's clients, probes, monitor, admin)
   that labkit's SQL filters read back
 
 A run, in one direction:
@@ -32,7 +32,7 @@ A run, in one direction:
       -> runner.PgbenchRunner: the process, probes (probes.py), interrupts    runner.py
            progress -> an Observer: live.LiveView (chart) or live.Printer (CLI)
                        (the chart: livewidget.LiveFigure, one plot redrawn in place)
-      -> outcome.record: outputs -> Run (pure, tested on recorded output)     outcome.py
+      -> run_record.record: outputs -> Run (pure, tested on recorded output) run_record.py
       -> records.Run: saved as JSON, listed, compared                         records.py
       -> charts.timeline / compare / sweep: data in, plotly figure out        charts.py
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import json
 import os
 import shutil
@@ -70,7 +71,7 @@ def _external_state() -> str:
     target = from_environment()
     try:
         with db.connect(target.conninfo(), timeout_s=3) as connection:
-            version = connection.execute("show server_version").fetchone()[0]
+            version = db.one(connection, "show server_version")
     except psycopg.Error as error:
         return f"{target.where()} (LABKIT_DSN) does not answer: {connection_problem(error)[:200]}"
     return f"{target.where()} (LABKIT_DSN) answers: PostgreSQL {version}"
@@ -88,6 +89,8 @@ def server(args) -> int:
     from .profiles import current
 
     target = server_for_backend()
+    from .embedded import EmbeddedServer
+
     if target.kind == "docker":
         raise LabkitError("With LABKIT_BACKEND=docker, the container lives as long as the Python process that "
                           "started it: start it from a notebook with labkit.start(), or use "
@@ -95,6 +98,7 @@ def server(args) -> int:
     if target.kind == "external":
         raise LabkitError("With LABKIT_DSN, labkit starts and stops nothing: `python -m labkit doctor` says "
                           "whether that server answers.")
+    assert isinstance(target, EmbeddedServer)  # docker and external are refused above
     if args.action == "start":
         started = target.start(current(), watch=False)
         target.pin(True)
@@ -162,8 +166,9 @@ def binder_command(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):  # a path the console's code page cannot write must not stop the CLI
-        with contextlib.suppress(AttributeError, ValueError):
-            stream.reconfigure(errors="backslashreplace")
+        if isinstance(stream, io.TextIOWrapper):  # not so when a test or IDE has replaced it
+            with contextlib.suppress(ValueError):
+                stream.reconfigure(errors="backslashreplace")
     parser = argparse.ArgumentParser(prog="python -m labkit", description="PostgreSQL Concurrency Labs")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("doctor", help="what labkit finds on this machine")
@@ -175,8 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--name", default="cli", help="the run's name")
     bench.add_argument("--notebook", default="cli", help="whose database and records (default: cli)")
     bench.add_argument("--no-probes", action="store_true", help="do not sample wait events")
-    runner = commands.add_parser("execute", aliases=["run"],
-                                 help="execute lab notebooks headless and save executed copies (also: run)")
+    runner = commands.add_parser("execute", help="execute lab notebooks headless and save executed copies")
     runner.add_argument("notebook", nargs="*")
     runner.add_argument("--all", action="store_true", help="every notebooks/NN-*.ipynb")
     runner.add_argument("--profile", default=None, help="ci, laptop or article (default: LABKIT_PROFILE)")

@@ -9,6 +9,7 @@ Only ctypes and kernel32: no pywin32.
 from __future__ import annotations
 
 import ctypes
+import sys
 from ctypes import wintypes
 from functools import cache
 
@@ -50,6 +51,8 @@ class _ExtendedLimits(ctypes.Structure):
 
 
 def _kernel32():
+    if sys.platform != "win32":  # importable everywhere (doctests collect every module); used on Windows only
+        raise OSError("kernel32 exists on Windows only")
     kernel32 = ctypes.WinDLL("kernel32", use_last_error=True)
     kernel32.CreateJobObjectW.argtypes = [ctypes.c_void_p, wintypes.LPCWSTR]
     kernel32.CreateJobObjectW.restype = wintypes.HANDLE
@@ -71,23 +74,30 @@ class Job:
         self.kernel32 = _kernel32()
         self.handle = self.kernel32.CreateJobObjectW(None, None)
         if not self.handle:
-            raise ctypes.WinError(ctypes.get_last_error())
+            raise _last_error()
         limits = _ExtendedLimits()
         limits.BasicLimitInformation.LimitFlags = JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE
         if not self.kernel32.SetInformationJobObject(self.handle, JOB_OBJECT_EXTENDED_LIMIT_INFORMATION_CLASS,
                                                      ctypes.byref(limits), ctypes.sizeof(limits)):
-            raise ctypes.WinError(ctypes.get_last_error())
+            raise _last_error()
 
     def assign(self, pid: int) -> None:
         """Put process ``pid`` in the job."""
         process = self.kernel32.OpenProcess(PROCESS_SET_QUOTA | PROCESS_TERMINATE, False, pid)
         if not process:
-            raise ctypes.WinError(ctypes.get_last_error())
+            raise _last_error()
         try:
             if not self.kernel32.AssignProcessToJobObject(self.handle, process):
-                raise ctypes.WinError(ctypes.get_last_error())
+                raise _last_error()
         finally:
             self.kernel32.CloseHandle(process)
+
+
+def _last_error() -> OSError:
+    """The error Windows recorded for the last kernel32 call."""
+    if sys.platform != "win32":
+        raise OSError("kernel32 exists on Windows only")
+    return ctypes.WinError(ctypes.get_last_error())
 
 
 @cache

@@ -115,6 +115,18 @@ SETTINGS_THAT_MATTER = (
 )
 
 
+def platform_messages(system: str) -> list[str]:
+    """What a student on ``system`` is told about a setting the manual says that system refuses.
+
+    >>> platform_messages("windows")[0].split(":")[0]
+    'client_connection_check_interval is 0 on windows'
+    >>> platform_messages("linux")
+    []
+    """
+    return [f"{note.setting} is {note.accepted} on {system}: the manual says it {note.says} ({note.manual}). "
+            f"labkit: {note.elsewhere}." for note in PLATFORM_NOTES if system not in note.systems]
+
+
 def lab_settings(profile: Profile, system: str | None = None) -> dict[str, str]:
     """The settings a lab server on ``system`` (default: this one) should have under ``profile``.
 

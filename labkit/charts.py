@@ -13,13 +13,14 @@ A run (or a method of a sweep) has one colour in every chart; its tps is solid, 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import zip_longest
 from time import monotonic
 
 from . import style
 from .pgbench import Progress, find_stalls
-from .probes import HELD_BY, WORK
+from .probes import CPU, HELD_BY, WORK
 from .records import Run
 
 STALL_COLOR = style.STALL_COLOR
@@ -69,7 +70,7 @@ def _rows(probe_names: list[str]) -> list[str]:
 
 
 _TITLES = {"tps": "transactions per second", "latency": "latency (ms, log scale)",
-           "waits": "backends by wait event"}
+           "waits": "the run's clients, by what each does", CPU: "CPU, in cores (from the operating system)"}
 
 
 def _legend_of(row_index: int) -> str:
@@ -241,7 +242,7 @@ class WaitSeries:
     folded: bool = False
 
 
-def wait_series(totals: dict[str, float], limit: int = MAX_WAIT_SERIES) -> list[WaitSeries]:
+def wait_series(totals: Mapping[str, float], limit: int = MAX_WAIT_SERIES) -> list[WaitSeries]:
     """The wait panel's areas: the largest events by name, the others as 'other <class>', at most ``limit``.
 
     ``totals`` are backends summed over the run per event. The few largest events are named
@@ -264,7 +265,7 @@ def wait_series(totals: dict[str, float], limit: int = MAX_WAIT_SERIES) -> list[
     return [series for group in order for series in _group_series(group, groups[group], named)]
 
 
-def _merged_classes(ranked: list[str], named: set[str], totals: dict[str, float], room: int) -> set[str]:
+def _merged_classes(ranked: list[str], named: set[str], totals: Mapping[str, float], room: int) -> set[str]:
     """The classes whose unnamed events share 'other waits': the smallest, when more than ``room`` are left."""
     left: dict[str, float] = {}
     for event in ranked:
@@ -407,7 +408,24 @@ def timeline(run: Run, *, title: str | None = None, probes: list[str] | None = N
     figure.update_layout(shapes=_stall_shapes(run.stalls) + _planned_end_shapes(run.duration_s))
     if run.duration_s:
         figure.add_annotation(_planned_end_label(run.duration_s, run.overrun_s))
+    warning = (run.extra.get("cpu") or {}).get("warning")
+    if warning and CPU in rows:
+        figure.add_annotation(_cpu_warning_label(warning, rows.index(CPU) + 1))
     return figure
+
+
+def _cpu_warning_label(text: str, row_index: int) -> dict:
+    """The CPU warning, over the CPU panel: the client may have limited the tps."""
+    axis = "y" if row_index == 1 else f"y{row_index}"
+    return dict(name="cpu warning", text="<br>".join(_wrap(text, 90)), x=0, xref="paper", y=1, yref=f"{axis} domain",
+                showarrow=False, xanchor="left", yanchor="top", align="left", bgcolor="rgba(255,255,255,0.85)",
+                font=dict(size=11, color=style.VERMILLION))
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, width)
 
 
 class LiveChart:

@@ -9,7 +9,7 @@ probes and from a student's named sessions:
 | a named session      | ``labkit-T1``         | ``lab.session("T1")``, ``%%sql --session``  |
 | a run's clients      | ``labkit-run-<hex>``  | pgbench (``PGAPPNAME``), one name per run   |
 | the probes           | ``labkit-probe``      | the sampler beside a run                    |
-| the lock observer    | ``labkit-observer``   | the sessions, to see who blocks whom        |
+| the lock monitor     | ``labkit-monitor``    | the sessions, to see who blocks whom        |
 | everything else      | ``labkit-admin``      | settings, databases, checks, the watchdog   |
 
 Session names may not take a name of labkit's own (``probe``, ``run-...``, ...).
@@ -30,10 +30,10 @@ log = logging.getLogger("labkit")
 
 PREFIX = "labkit-"
 PROBE = PREFIX + "probe"
-OBSERVER = PREFIX + "observer"
+MONITOR = PREFIX + "monitor"
 ADMIN = PREFIX + "admin"
 RUN = PREFIX + "run-"
-_RESERVED = re.compile(r"(probe|observer|admin|run-.*)", re.IGNORECASE)
+_RESERVED = re.compile(r"(probe|monitor|admin|run-.*)", re.IGNORECASE)
 CONNECT_TIMEOUT_S = 5
 
 # SQLSTATE classes of a connection that is gone: class 08 (connection exception) and the
@@ -65,6 +65,30 @@ def connect(conninfo: str, application_name: str = ADMIN, *, autocommit: bool = 
                            application_name=application_name, **options)
 
 
+def row(connection: psycopg.Connection, sql: str, params: dict | None = None) -> tuple:
+    """The one row ``sql`` returns (an error if it returns none)."""
+    found = connection.execute(sql, params).fetchone()
+    if found is None:
+        raise psycopg.ProgrammingError(f"no row from: {sql.strip().splitlines()[0][:80]}")
+    return found
+
+
+def one(connection: psycopg.Connection, sql: str, params: dict | None = None):
+    """The first value of the one row ``sql`` returns."""
+    return row(connection, sql, params)[0]
+
+
+def engine(conninfo: str, application_name: str = ADMIN):
+    """A SQLAlchemy engine whose connections are made here (``pandas.read_sql`` reads through it).
+
+    No pool: each use connects and disconnects, as the rest of labkit does.
+    """
+    import sqlalchemy
+
+    return sqlalchemy.create_engine("postgresql+psycopg://", creator=lambda: connect(conninfo, application_name),
+                                    poolclass=sqlalchemy.pool.NullPool)
+
+
 def is_lost(error: BaseException) -> bool:
     """Whether ``error`` says the connection is gone (rather than a statement failing on a live one)."""
     if not isinstance(error, psycopg.OperationalError):
@@ -85,6 +109,19 @@ def message(error: BaseException) -> str:
         return primary.strip()
     lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
     return lines[0] if lines else type(error).__name__
+
+
+def server_error(error: BaseException) -> BaseException:
+    """Psycopg's own error inside what pandas and SQLAlchemy wrap it in (``error`` itself if none)."""
+    seen = error
+    for _ in range(5):
+        if isinstance(seen, psycopg.Error):
+            return seen
+        inner = getattr(seen, "orig", None) or seen.__cause__ or seen.__context__
+        if inner is None:
+            break
+        seen = inner
+    return error
 
 
 def terminate_runs(conninfo: str, application_names: list[str]) -> int:

@@ -7,14 +7,21 @@ seconds instead of hanging.
 from __future__ import annotations
 
 import atexit
+import logging
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 
+import psycopg
 import psycopg.conninfo
 
-from .backend import Server, Status
+from . import db
+from .backend import Server, Status, lab_settings, quote_setting
 from .errors import LabkitError, ServerStartFailed, tail
 from .profiles import Profile
+
+log = logging.getLogger(__name__)
 
 IMAGE_TAG = "pg-concurrency-labs-postgres:18"
 DOCKER_DIR = Path(__file__).resolve().parent.parent / "docker"
@@ -49,6 +56,42 @@ def engine_problem(timeout: float = 3.0) -> str | None:
     if system != "linux":  # Docker on a Windows host in Windows-containers mode cannot run postgres:18
         return f"the Docker engine at {host} runs {system} containers; the lab image needs Linux containers"
     return None
+
+
+def container_environment(profile: Profile) -> dict[str, str]:
+    """The container's environment: the profile's settings as postgresql.conf lines in LABKIT_SETTINGS.
+
+    The image appends them to postgresql.conf when it makes the cluster
+    (``docker/initdb/labkit-settings.sh``), where ``ALTER SYSTEM`` can still override them, as
+    on the embedded server. A ``-c`` option on the server's command line would win over
+    ``ALTER SYSTEM``, so that ``lab.set(max_connections=...)`` would change nothing.
+
+    >>> container_environment(Profile.named("ci"))["LABKIT_SETTINGS"].splitlines()[0]
+    "max_connections = '300'"
+    """
+    lines = [f"{name} = {quote_setting(value)}" for name, value in lab_settings(profile, "linux").items()]
+    return {"POSTGRES_PASSWORD": "lab", "LABKIT_SETTINGS": "\n".join(lines)}
+
+
+def wait_until_answers(conninfo: Callable[[], str], timeout_s: float = 60.0, pause_s: float = 0.25) -> int:
+    """Wait until the server at ``conninfo()`` (asked anew each time) accepts a connection; the attempts made.
+
+    A restarted container may come back on another port, and answers only once recovery is done.
+    """
+    deadline = time.monotonic() + timeout_s
+    attempts = 0
+    while True:
+        attempts += 1
+        try:
+            with db.connect(conninfo(), timeout_s=2) as connection:
+                connection.execute("select 1")
+            return attempts
+        except psycopg.OperationalError as error:
+            if time.monotonic() >= deadline:
+                raise ServerStartFailed(f"The lab server's container did not answer within {timeout_s:.0f} s "
+                                        f"after a restart: {db.message(error)}") from None
+            log.debug("waiting for the restarted container: %s", db.message(error))
+        time.sleep(pause_s)
 
 
 _OFFLINE_HINT = ("Docker could not download an image. testcontainers also starts its clean-up container "
@@ -97,10 +140,11 @@ class DockerServer(Server):
         image.build()
         self.container = PostgresContainer(IMAGE_TAG, username="postgres", password="lab", dbname="postgres",
                                            driver=None)
+        for name, value in container_environment(profile).items():
+            self.container.with_env(name, value)
         if _local_engine():
             # Docker publishes on every address by default; the lab server answers this machine only.
-            self.container.ports[str(self.container.port)] = ("127.0.0.1", None)
-        self.container.with_command(f"postgres -c max_connections={profile.max_connections}")
+            self.container.ports[str(self.container.port)] = ("127.0.0.1", None)  # type: ignore[assignment]  # docker-py takes (address, port)
         try:
             self.container.start()
         except Exception as error:  # noqa: BLE001 - docker and testcontainers raise many kinds
@@ -127,7 +171,12 @@ class DockerServer(Server):
             pass
 
     def restart(self) -> None:
+        """Restart the container and return once the server in it answers again."""
+        if self.container is None:
+            raise LabkitError("The docker server is not started: run labkit.start() first.")
+        log.info("restarting the lab server's container")
         self.container.get_wrapped_container().restart()
+        wait_until_answers(self.conninfo)
 
     def running(self) -> bool:
         if self.container is None:

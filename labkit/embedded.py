@@ -97,6 +97,8 @@ def start_settings(profile: Profile, system: str, *, transport: str, port: int, 
     if transport == "tcp":
         settings.update(listen_addresses="127.0.0.1", port=str(port), unix_socket_directories="")
     else:
+        if socket_dir is None:
+            raise ValueError("a socket transport needs its folder")
         settings.update(listen_addresses="", port=str(port), unix_socket_directories=directories_setting(socket_dir),
                         unix_socket_permissions="0700")
     return settings
@@ -159,11 +161,12 @@ class EmbeddedServer(Server):
 
     def conninfo(self, database: str | None = None) -> str:
         host = "127.0.0.1" if self.transport == "tcp" else str(self.socket_dir)
-        parameters = {"host": host, "port": self.port, "user": USER, "dbname": database or "postgres"}
+        parameters: dict[str, str | int] = {"host": host, "port": self.port, "user": USER,
+                                            "dbname": database or "postgres"}
         password = self._password()
         if password:
             parameters["password"] = password
-        return psycopg.conninfo.make_conninfo(**parameters)
+        return psycopg.conninfo.make_conninfo("", **parameters)
 
     def uri(self, database: str | None = None) -> str:
         """A URI for psql or pgbench typed by hand (the password, on TCP, is in the password file)."""
@@ -238,9 +241,9 @@ class EmbeddedServer(Server):
         return service_user.bin_dir()
 
     def _log_tail(self) -> str:
+        log = self.log_dir / "server.log"
         try:
-            return f"server log ({self.log_file}):\n" + tail(self.log_file.read_text(encoding=ENCODING,
-                                                                                    errors="replace"), 12)
+            return f"server log ({log}):\n" + tail(log.read_text(encoding=ENCODING, errors="replace"), 12)
         except OSError:
             return ""
 
@@ -265,7 +268,7 @@ class EmbeddedServer(Server):
             config.write_private(self.password_file, secrets.token_urlsafe(24))
             # initdb reads the password as the server's user: a copy it may read, removed at once
             password_file = self.log_dir / "initdb-password"
-            config.write_private(password_file, self._password())
+            config.write_private(password_file, self._password() or "")
             service_user.give(password_file)
             arguments += ["--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={password_file}"]
         else:

@@ -13,9 +13,18 @@ import psycopg
 from psycopg import sql as pgsql
 
 from . import db, pgbench, records, runner
-from .backend import SETTINGS_THAT_MATTER, Server, lab_settings, server_for_backend, system_of_version
+from .backend import (
+    SETTINGS_THAT_MATTER,
+    Server,
+    lab_settings,
+    platform_messages,
+    server_for_backend,
+    system_of,
+    system_of_version,
+)
 from .binaries import program
 from .errors import LabkitError, ServerGone, UsageError, connection_problem
+from .pgbench import Spec
 from .probes import WAIT_EVENTS, Probe, plain_value
 from .profiles import SPARE_CONNECTIONS, Profile, current, default_name
 from .queries import query
@@ -93,7 +102,9 @@ class Lab:
         """
         outcome = self.session(session).run(statement, params)
         if isinstance(outcome, Failed):
-            raise outcome.exception
+            if outcome.exception is not None:
+                raise outcome.exception
+            raise UsageError(outcome.message())
         if isinstance(outcome, Waiting):
             raise UsageError(outcome.message())
         return outcome.frame if outcome.frame is not None else outcome.message()
@@ -132,13 +143,13 @@ class Lab:
         run = run or self.last_run
         if run is None:
             raise UsageError("No run to note the check in yet: run a %%pgbench cell first.")
-        with self.connect() as connection:
-            cursor = connection.execute(statement)
-            rows = cursor.fetchall()
-            columns = [column.name for column in cursor.description or []]
-        if len(rows) != 1:
-            raise UsageError(f"A check must return exactly one row; this one returned {len(rows)}.")
-        figures = {column: plain_value(value) for column, value in zip(columns, rows[0])}
+        try:
+            frame = pd.read_sql(statement, self.engine())
+        except Exception as error:  # noqa: BLE001 - SQLAlchemy wraps psycopg's error; show the server's words
+            raise UsageError(f"The check failed: {db.message(db.server_error(error))}") from None
+        if len(frame) != 1:
+            raise UsageError(f"A check must return exactly one row; this one returned {len(frame)}.")
+        figures = {str(column): plain_value(value) for column, value in frame.to_dict("records")[0].items()}
         run.note(**figures)
         return pd.DataFrame([{"run": run.name, **figures}])
 
@@ -147,14 +158,11 @@ class Lab:
         return self.sessions.get(name, **timeouts)
 
     def engine(self):
-        """A SQLAlchemy engine on the lab database, for ``pandas.read_sql`` (pandas reads SQL through SQLAlchemy).
+        """A SQLAlchemy engine on the lab database: ``pandas.read_sql(sql, lab.engine())`` reads a table.
 
-        >>> # frame = pandas.read_sql("select * from stock", lab.engine())
+        :meth:`check` reads its row this way.
         """
-        import sqlalchemy
-
-        return sqlalchemy.create_engine("postgresql+psycopg://", connect_args={"conninfo": self.conninfo},
-                                        poolclass=sqlalchemy.pool.NullPool)
+        return db.engine(self.conninfo)
 
     # -- settings
 
@@ -186,7 +194,7 @@ class Lab:
             self._refuse_restart_during_other_runs(needs_restart)
         try:
             with db.connect(self.server.admin_conninfo()) as connection:
-                loaded = connection.execute(query("conf_load_time")).fetchone()[0]
+                loaded = db.one(connection, query("conf_load_time"))
                 for name, value in settings.items():
                     connection.execute(pgsql.SQL("alter system set {} = {}").format(
                         pgsql.Identifier(name), pgsql.Literal(str(value))))
@@ -229,7 +237,7 @@ class Lab:
 
     def pgbench(self, script: str = "", *, name: str | None = None, clients: int | None = None,
                 duration: float | None = None, transactions: int | None = None, jobs: int | None = None,
-                mode: str | None = None, options: str | list[str] = (), probes: list[Probe] | None = None,
+                mode: str | None = None, options: str | list[str] = "", probes: list[Probe] | None = None,
                 live: bool | None = None, work: str | None = None, perf: bool = False, hold_sessions: bool = False,
                 setup: str | None = None):
         """Run ``script`` with pgbench; returns the :class:`~labkit.records.Run` (also saved).
@@ -257,7 +265,7 @@ class Lab:
                              setup=setup)
 
     @_server_must_answer
-    def run_spec(self, spec: pgbench.Spec, *, probes: list[Probe] | None = None, live: bool | None = None,
+    def run_spec(self, spec: Spec, *, probes: list[Probe] | None = None, live: bool | None = None,
                  work: str | None = None, perf: bool = False, observer: runner.Observer | None = None,
                  hold_sessions: bool = False, setup: str | None = None):
         """Run a checked :class:`~labkit.pgbench.Spec` (what ``%%pgbench`` does).
@@ -398,7 +406,7 @@ def _wait_for_reload(connection: psycopg.Connection, loaded_before, timeout_s: f
     """Wait until this connection's backend has re-read the configuration (a reload is asynchronous)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if connection.execute(query("conf_load_time")).fetchone()[0] != loaded_before:
+        if db.one(connection, query("conf_load_time")) != loaded_before:
             return
         time.sleep(0.02)
 
@@ -438,6 +446,8 @@ def start(notebook: str | None = None, *, profile: str | None = None, fresh: boo
         messages.append(f"Stopped {len(killed)} pgbench process(es) left by a kernel that died.")
     if server.start(chosen):
         messages.append(f"Started the {server.kind} PostgreSQL server.")
+        if server.kind == "embedded":  # an external server's OS is told by _external_report
+            messages += platform_messages(system_of(sys.platform))
     exists = _create_database(server, database_name(notebook), chosen, fresh, messages)
     messages += _profile_advice(chosen)
     lab = Lab(server, notebook, chosen, messages=messages)
@@ -481,7 +491,7 @@ def _create_database(server: Server, database: str, profile: Profile, fresh: boo
             messages += _external_report(connection, profile)
         if fresh:
             connection.execute(pgsql.SQL("drop database if exists {} with (force)").format(pgsql.Identifier(database)))
-        exists = connection.execute(query("database_exists"), {"name": database}).fetchone()[0]
+        exists = db.one(connection, query("database_exists"), {"name": database})
         if not exists:
             try:
                 connection.execute(pgsql.SQL("create database {}").format(pgsql.Identifier(database)))
@@ -518,7 +528,7 @@ def _external_report(connection, profile: Profile) -> list[str]:
 
     What a lab server should have depends on the OS the server runs on, not this one's.
     """
-    system = system_of_version(connection.execute("select version()").fetchone()[0])
+    system = system_of_version(db.one(connection, "select version()"))
     wanted = lab_settings(profile, system)
     rows = connection.execute(query("settings_of"), {"names": list(wanted)}).fetchall()
     have = {name: (setting, unit) for name, setting, unit in rows}

@@ -32,20 +32,20 @@ SELECT_CLIENTS = 1020
 
 def file_limit() -> tuple[int, int] | None:
     """(soft, hard) limit of open files for this process; None where there is no such limit (Windows)."""
-    try:
-        import resource
-    except ImportError:
+    if sys.platform == "win32":
         return None
+    import resource
+
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     return soft, hard
 
 
 def raise_file_limit() -> int | None:
     """Raise this process's soft limit of open files as far as the OS lets it; the new limit (None: no limit)."""
-    try:
-        import resource
-    except ImportError:
+    if sys.platform == "win32":
         return None
+    import resource
+
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
     if MACOS:

@@ -10,7 +10,7 @@ import contextlib
 import contextvars
 import sys
 
-from .probes import HELD_BY, WORK
+from .probes import CPU, HELD_BY, WORK
 
 
 def in_notebook() -> bool:
@@ -139,4 +139,4 @@ class Printer:
 
 def probe_names(probes, work: str | None) -> list[str]:
     """The probe panels a live chart needs."""
-    return [probe.name for probe in probes] + ([WORK] if work else [])
+    return [probe.name for probe in probes] + ([WORK] if work else []) + [CPU]

@@ -43,7 +43,8 @@ class LiveFigure(anywidget.AnyWidget):
     def bundle(self) -> dict:
         """The widget's view as display data, for an Output widget's ``outputs``."""
         shown = self._repr_mimebundle_()
-        return shown[0] if isinstance(shown, tuple) else shown  # (data, metadata) from anywidget
+        bundle = shown[0] if isinstance(shown, tuple) else shown  # (data, metadata) from anywidget
+        return dict(bundle or {})
 
     def show(self, figure) -> None:
         """Send a plotly figure as the next frame."""

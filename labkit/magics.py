@@ -34,7 +34,7 @@ _LABKIT_OPTIONS = ("--probes", "--work", "--setup")
 _LABKIT_FLAGS = ("--no-waits", "--hold-sessions")
 
 
-def _print_outcome(outcome, *, label: bool) -> None:
+def _print_result(outcome, *, label: bool) -> None:
     if isinstance(outcome, Waiting):
         print(outcome.message())
     elif isinstance(outcome, Failed):
@@ -68,7 +68,9 @@ def split_labkit_options(argv: list[str]) -> tuple[list[str], dict[str, list[str
     >>> words, options, sorted(flags)
     (['-c', '4'], {'--probes': ['a,b'], '--work': ['done']}, ['--no-waits'])
     """
-    kept, found, flags = [], {name: [] for name in _LABKIT_OPTIONS}, set()
+    kept: list[str] = []
+    found: dict[str, list[str]] = {name: [] for name in _LABKIT_OPTIONS}
+    flags: set[str] = set()
     words = iter(argv)
     for word in words:
         option, _, inline = word.partition("=")
@@ -83,6 +85,12 @@ def split_labkit_options(argv: list[str]) -> tuple[list[str], dict[str, list[str
 
 @magics_class
 class LabMagics(Magics):
+    def _namespace(self) -> dict:
+        """The notebook's variables (the magics are only registered in a running IPython)."""
+        if self.shell is None:
+            raise LabkitError("The labkit magics need IPython.")
+        return self.shell.user_ns
+
     @magic_arguments()
     @argument("--session", "-s", default="main", help="the named session (own connection and transaction)")
     @argument("--out", "-o", default=None, help="store the result table in this variable")
@@ -106,15 +114,15 @@ class LabMagics(Magics):
         except LabkitError as error:
             raise _for_student(error) from None
         named = args.session != "main"
-        _print_outcome(outcome, label=named)
+        _print_result(outcome, label=named)
         for other in lab.sessions.finished_elsewhere(args.session):
             print(f"Meanwhile {other.session}'s waiting statement finished:")
-            _print_outcome(other, label=True)
+            _print_result(other, label=True)
             if isinstance(other, Result) and other.frame is not None:
                 display(other.frame)
         if isinstance(outcome, Result) and outcome.frame is not None:
             if args.out:
-                self.shell.user_ns[args.out] = outcome.frame
+                self._namespace()[args.out] = outcome.frame
             return outcome.frame
         return None
 
@@ -147,13 +155,13 @@ class LabMagics(Magics):
         if option not in chosen:
             return None
         name = chosen[option][-1]
-        value = self.shell.user_ns.get(name)
+        value = self._namespace().get(name)
         if not isinstance(value, str) or not value.strip():
             raise IPythonUsageError(f"{option} {name}: define it first as SQL {purpose}, e.g. {name} = '{example}'")
         return value
 
     def _probe(self, name: str) -> Probe:
-        value = self.shell.user_ns.get(name)
+        value = self._namespace().get(name)
         if not isinstance(value, Probe):
             raise IPythonUsageError(f"--probes {name}: define it first, e.g. "
                                     f"{name} = labkit.probe('{name}', 'select ...')")

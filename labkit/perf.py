@@ -68,7 +68,7 @@ def dwarf_works() -> bool:
     if not availability().available:
         return False
     try:
-        return _try_record(shutil.which("perf"), "--call-graph", "dwarf,4096").returncode == 0
+        return _try_record(shutil.which("perf") or "perf", "--call-graph", "dwarf,4096").returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
 

@@ -3,7 +3,7 @@
 Everything here is pure (no process, no connection), so it is tested against real
 recorded output of pgbench 15 and 18 and the older formats quoted in the articles.
 The process itself is run by :mod:`labkit.runner`; its outputs become a record in
-:mod:`labkit.outcome`.
+:mod:`labkit.run_record`.
 
     >>> spec = parse_options("-c 8 -T 5 -M prepared --name demo".split(), script="select 1;")
     >>> spec.clients, spec.duration_s, spec.mode, spec.name
@@ -155,7 +155,7 @@ def split_options(line: str) -> list[str]:
         raise UsageError(f"Could not read the options ({error}): check the quotes.") from None
 
 
-def parse_options(argv: list[str] | str = (), *, script: str | None = None, name: str | None = None,
+def parse_options(argv: list[str] | str = "", *, script: str | None = None, name: str | None = None,
                   defaults: dict | None = None, **chosen) -> Spec:
     """Parse pgbench-style options (plus ``--name`` and ``--no-log``) into a checked :class:`Spec`.
 
@@ -210,7 +210,8 @@ def parse_options(argv: list[str] | str = (), *, script: str | None = None, name
         elif kind == "define":
             if "=" not in inline:
                 raise UsageError(f"-D needs NAME=VALUE, not {inline!r}.")
-            defines.append(tuple(inline.split("=", 1)))
+            key, value = inline.split("=", 1)
+            defines.append((key, value))
         else:
             values[key] = _convert(option, inline, kind)
     for key, value in {"name": name, **chosen}.items():
@@ -623,7 +624,7 @@ def bin_log(frame, start_s: float, width_s: float = 0.1, *, sampling_rate: float
     ok_counts = np.bincount(index[ok], minlength=count)
     failed_counts = np.bincount(index[failed], minlength=count)
     latency = frame["latency_ms"].to_numpy()
-    groups = {}
+    groups: dict[int, np.ndarray] = {}
     if ok.any():
         order = np.argsort(index[ok], kind="stable")
         keys, starts = np.unique(index[ok][order], return_index=True)
@@ -631,13 +632,13 @@ def bin_log(frame, start_s: float, width_s: float = 0.1, *, sampling_rate: float
             groups[int(key)] = np.sort(values)
     bins = []
     for i in range(count):
-        values = groups.get(i)
+        sorted_values = groups.get(i)
         bins.append(Bin(
             t=round((i + 1) * width_s, 6),
             tps=float(ok_counts[i]) / width_s / sampling_rate,
             failed=int(failed_counts[i]),
-            p99_ms=float(percentile(values, 99)) if values is not None else None,
-            max_ms=float(values[-1]) if values is not None else None,
+            p99_ms=float(percentile(sorted_values, 99)) if sorted_values is not None else None,
+            max_ms=float(sorted_values[-1]) if sorted_values is not None else None,
         ))
     return bins
 

@@ -1,43 +1,72 @@
-"""Probes: SQL sampled beside a pgbench run, on the run's own time axis.
+"""Probes: what labkit samples beside a pgbench run, on the run's own time axis.
 
-A probe is a name, a query and an interval. The sampler runs every probe on its own
-connection in a background thread; each row it returns is stored with ``t``, the
-seconds since the run started. The wait-event probe (every 250 ms) is on by default::
+A probe is a name, a query and an interval. Each probe has its own thread, connection and
+schedule, so a slow probe (a ``pgstattuple`` scan) never delays another (the wait events every
+250 ms). Each row a probe returns is stored with ``t``, the seconds since the run started::
 
     lab.pgbench(script, probes=[labkit.probe("pending", "select pending_pages from pgstatginindex('i')")])
+
+What each built-in probe costs the server it measures:
+
+- ``waits`` (every 250 ms) reads ``pg_stat_activity``: a copy of each backend's status entry,
+  taken without locks (``pgstat_read_current_status`` in backend_status.c).
+- ``held_by`` (every second) reads ``pg_stat_activity``, and the lock table only while every
+  client of the run waits for a heavyweight lock: then one ``pg_locks`` read per sample.
+- ``cpu`` (every second) asks the operating system (psutil), not the server.
+
+A probe that reads the lock table (``pg_locks``, ``pg_blocking_pids``) takes every lock-manager
+partition lock for each call (``GetLockStatusData`` and ``GetBlockerStatusData`` in lock.c):
+:attr:`Probe.reads_lock_table` says so, and the run record keeps each probe's rate and cost
+(``extra.probe_costs``).
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import psycopg
 
 from . import db
 from .queries import query
 
+log = logging.getLogger(__name__)
+
+_LOCK_TABLE = re.compile(r"\b(pg_locks|pg_lock_status|pg_blocking_pids|pg_safe_snapshot_blocking_pids)\b", re.I)
+
 
 @dataclass(frozen=True)
 class Probe:
-    """A query sampled every ``every_s`` seconds during a run."""
+    """A query sampled every ``every_s`` seconds during a run.
+
+    ``per_run`` probes are labkit's own: their SQL names the run's clients by
+    ``{application_name}``, which the runner fills in.
+    """
 
     name: str
     sql: str
     every_s: float = 1.0
+    per_run: bool = False
 
+    @property
+    def reads_lock_table(self) -> bool:
+        """Whether each sample reads the lock table (and so takes all its partition locks).
 
-HELD_BY = "held_by"  # every client of the run waits for a lock held outside it: by whom
+        >>> probe("locks", "select count(*) from pg_locks").reads_lock_table, WAIT_EVENTS.reads_lock_table
+        (True, False)
+        """
+        return bool(_LOCK_TABLE.search(self.sql))
 
-
-def held_by_probe(application_name: str) -> Probe:
-    """Who outside the run holds the lock every one of its clients waits for (a row only then)."""
-    if not re.fullmatch(r"[a-z0-9-]+", application_name):
-        raise ValueError(f"not a run's application name: {application_name!r}")
-
-    return Probe(HELD_BY, query("held_by").replace("{application_name}", application_name), 1.0)
+    def for_run(self, application_name: str) -> Probe:
+        """This probe with the run's application_name in its SQL (probes that are not per-run: unchanged)."""
+        if not self.per_run:
+            return self
+        if not re.fullmatch(r"[a-z0-9-]+", application_name):
+            raise ValueError(f"not a run's application name: {application_name!r}")
+        return replace(self, sql=self.sql.replace("{application_name}", application_name), per_run=False)
 
 
 def probe(name: str, sql: str, every: float = 1.0) -> Probe:
@@ -45,101 +74,163 @@ def probe(name: str, sql: str, every: float = 1.0) -> Probe:
     return Probe(name, sql, float(every))
 
 
-WAIT_EVENTS = Probe("waits", query("wait_events").replace("{probe}", db.PROBE), 0.25)
-
+WAIT_EVENTS = Probe("waits", query("wait_events"), 0.25, per_run=True)
+HELD_BY = "held_by"  # every client of the run waits for a lock held outside it: by whom
+HELD_BY_PROBE = Probe(HELD_BY, query("held_by"), 1.0, per_run=True)
+CPU = "cpu"  # CPU used by pgbench and by the server, from the operating system
 # The name of the probe that samples a run's work counter (see ``work=`` of Lab.pgbench).
 WORK = "work"
 
 
-class Sampler:
-    """Samples probes in a thread until stopped; errors disable a probe and are reported."""
+class _Schedule(threading.Thread):
+    """One probe's thread: sample every ``every_s`` on a fixed grid; a late sample skips the slots it missed."""
 
-    def __init__(self, conninfo: str, probes: list[Probe]):
+    def __init__(self, name: str, every_s: float, t0: float, stop: threading.Event):
+        super().__init__(name=f"labkit-probe-{name}", daemon=True)
+        self.probe_name = name
+        self.every_s = every_s
+        self.t0 = t0
+        self.stopping = stop
+        self.rows: list[dict] = []
+        self.error: str | None = None
+        self.busy_s = 0.0  # time spent sampling: the probe's own cost
+        self.samples = 0
+
+    def run(self) -> None:
+        try:
+            self.open()
+        except Exception as error:  # noqa: BLE001 - a probe that cannot start is reported, never raised
+            self.error = db.message(error)
+            log.warning("probe %s could not start: %s", self.probe_name, self.error)
+            return
+        try:
+            due = time.monotonic()
+            while not self.stopping.is_set() and self.error is None:
+                started = time.monotonic()
+                try:
+                    batch = self.sample(round(started - self.t0, 3))
+                except Exception as error:  # noqa: BLE001 - disable this probe, keep the others
+                    self.error = db.message(error)
+                    log.warning("probe %s stopped: %s", self.probe_name, self.error)
+                    break
+                finally:
+                    self.busy_s += time.monotonic() - started
+                    self.samples += 1
+                self.rows.extend(batch)
+                due += self.every_s
+                now = time.monotonic()
+                if now > due:  # the sample took longer than its interval: the next is on the grid
+                    due += self.every_s * ((now - due) // self.every_s + 1)
+                self.stopping.wait(due - now)
+        finally:
+            self.close()
+
+    def open(self) -> None:
+        """Prepare (a connection)."""
+
+    def sample(self, t: float) -> list[dict]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what :meth:`open` took."""
+
+    def cost(self) -> dict:
+        return {"name": self.probe_name, "every_s": self.every_s, "samples": self.samples,
+                "busy_s": round(self.busy_s, 4)}
+
+
+class _SqlSchedule(_Schedule):
+    """A SQL probe on its own connection (it gives up quickly rather than become part of the experiment)."""
+
+    def __init__(self, item: Probe, conninfo: str, t0: float, stop: threading.Event):
+        super().__init__(item.name, item.every_s, t0, stop)
+        self.item = item
+        self.conninfo = conninfo
+        self.connection: psycopg.Connection | None = None
+
+    def open(self) -> None:
+        self.connection = db.connect(self.conninfo, db.PROBE)
+        self.connection.execute("set lock_timeout = '200ms'; set statement_timeout = '2s'")
+
+    def sample(self, t: float) -> list[dict]:
+        assert self.connection is not None
+        cursor = self.connection.execute(self.item.sql)
+        columns = [c.name for c in cursor.description or []]
+        rows = cursor.fetchall() if columns else []
+        batch = [{"t": t, **{c: plain_value(v) for c, v in zip(columns, row)}} for row in rows]
+        if not batch and self.item.name == WAIT_EVENTS.name:
+            batch = [{"t": t, "wait": "idle", "backends": 0}]  # an instant with no client: drawn as such
+        return batch
+
+    def close(self) -> None:
+        if self.connection is not None:
+            self.connection.close()
+
+    def cost(self) -> dict:
+        return {**super().cost(), "reads_lock_table": self.item.reads_lock_table}
+
+
+class Sampler:
+    """Runs each probe on its own schedule until stopped; a probe that fails is disabled and reported."""
+
+    def __init__(self, conninfo: str, probes: list[Probe], extra: list[_Schedule] | None = None):
         self.conninfo = conninfo
         self.probes = list(probes)
-        self.samples: dict[str, list[dict]] = {p.name: [] for p in self.probes}
-        self.errors: dict[str, str] = {}
-        self._drained: dict[str, int] = {p.name: 0 for p in self.probes}
-        self.busy_s = 0.0  # time spent querying (the probes' own cost)
-        self.queries = 0
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._t0 = 0.0
+        self._extra = list(extra or [])
+        self._threads: list[_Schedule] = []
+        self._drained: dict[str, int] = {}
 
     def start(self, t0: float) -> Sampler:
-        if not self.probes:
-            return self
-        self._t0 = t0
-        self._thread = threading.Thread(target=self._loop, name="labkit-probes", daemon=True)
-        self._thread.start()
+        self._threads = [_SqlSchedule(p, self.conninfo, t0, self._stop) for p in self.probes]
+        for schedule in self._extra:
+            schedule.t0, schedule.stopping = t0, self._stop
+        self._threads += self._extra
+        self._drained = {thread.probe_name: 0 for thread in self._threads}
+        for thread in self._threads:
+            thread.start()
         return self
 
-    def _loop(self) -> None:
-        try:
-            connection = db.connect(self.conninfo, db.PROBE)
-        except psycopg.Error as error:
-            self.errors["connection"] = db.message(error)
-            return
-        with connection:
-            # A probe must never become part of the experiment: it gives up quickly.
-            connection.execute("set lock_timeout = '200ms'; set statement_timeout = '2s'")
-            due = {p.name: 0.0 for p in self.probes}
-            while not self._stop.is_set():
-                now = time.monotonic()
-                for item in self.probes:
-                    if item.name in self.errors or now < due[item.name]:
-                        continue
-                    due[item.name] = now + item.every_s
-                    self._sample(connection, item)
-                next_due = min((due[p.name] for p in self.probes if p.name not in self.errors), default=None)
-                if next_due is None:
-                    return
-                self._stop.wait(max(0.0, next_due - time.monotonic()))
+    @property
+    def samples(self) -> dict[str, list[dict]]:
+        return {thread.probe_name: thread.rows for thread in self._threads}
 
-    def _sample(self, connection: psycopg.Connection, item: Probe) -> None:
-        started = time.monotonic()
-        try:
-            cursor = connection.execute(item.sql)
-            columns = [c.name for c in cursor.description or []]
-            rows = cursor.fetchall() if columns else []
-        except psycopg.Error as error:
-            self.errors[item.name] = db.message(error)
-            return
-        finally:
-            self.busy_s += time.monotonic() - started
-            self.queries += 1
-        t = round(started - self._t0, 3)
-        batch = [{"t": t, **{c: plain_value(v) for c, v in zip(columns, row)}} for row in rows]
-        if not batch and item is WAIT_EVENTS:
-            batch = [{"t": t, "wait": "idle", "backends": 0}]
-        self.samples[item.name].extend(batch)
+    @property
+    def errors(self) -> dict[str, str]:
+        return {thread.probe_name: thread.error for thread in self._threads if thread.error}
+
+    def costs(self) -> list[dict]:
+        """Each probe's interval, samples taken and time spent taking them (its cost to the run)."""
+        return [thread.cost() for thread in self._threads]
 
     def drain(self) -> dict[str, list[dict]]:
         """Samples taken since the last call (for the live chart, read from the caller's thread)."""
         fresh = {}
-        for name, rows in self.samples.items():
-            count = len(rows)
-            if count > self._drained[name]:
-                fresh[name] = rows[self._drained[name]:count]
-                self._drained[name] = count
+        for thread in self._threads:
+            count = len(thread.rows)  # appended to by one thread, read here: a prefix is always whole
+            if count > self._drained[thread.probe_name]:
+                fresh[thread.probe_name] = thread.rows[self._drained[thread.probe_name]:count]
+                self._drained[thread.probe_name] = count
         return fresh
 
     def stop(self) -> dict[str, list[dict]]:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        for thread in self._threads:
+            thread.join(timeout=5)
         return self.samples
 
 
 def plain_value(value):
-    """JSON-friendly values (Decimal, datetime, ...) for the run record.
+    """JSON-friendly values (Decimal, datetime, numpy numbers, ...) for the run record.
 
     >>> from decimal import Decimal
     >>> plain_value(Decimal("20000")), plain_value(Decimal("2.5")), plain_value(None)
     (20000, 2.5, None)
     """
-    if value is None or isinstance(value, (bool, int, float, str)):
+    if value is None or type(value) in (bool, int, float, str):
         return value
+    if isinstance(value, bool):
+        return bool(value)
     try:
         number = float(value)
     except (TypeError, ValueError):

@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
+from typing import Any
 
 import psutil
 
-WINDOWS = os.name == "nt"
+WINDOWS = sys.platform == "win32"
 # How long an interrupted child gets to stop by itself before it is killed.
 INTERRUPT_GRACE_S = 2.0
 
@@ -61,6 +61,8 @@ def windows_flags(kind: str, *, has_console: bool, breakaway: bool = True) -> in
 
 def _has_console() -> bool:
     """Whether this process has a console its children can share (Windows only)."""
+    if sys.platform != "win32":
+        return True  # a POSIX child shares its parent's terminal, if any
     import ctypes
 
     return ctypes.WinDLL("kernel32").GetConsoleCP() != 0
@@ -115,10 +117,9 @@ if sys.platform == "linux":
     _PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: the child may only make the call
     _PR_SET_PDEATHSIG = 1
 
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Linux: the child gets SIGKILL when its parent dies. Nothing else runs there (the parent has threads)."""
-    _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)  # posix-only: Linux alone installs this function
+    def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+        """Linux: the child gets SIGKILL when its parent dies. Nothing else runs there (the parent has threads)."""
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def bind_to_this_process(process: subprocess.Popen) -> None:
@@ -140,7 +141,10 @@ def interrupt(process: subprocess.Popen, grace_s: float = INTERRUPT_GRACE_S) -> 
     """Ask ``process`` to stop as an interactive Ctrl+C would; kill it if it has not within ``grace_s``."""
     if process.poll() is None:
         try:
-            process.send_signal(signal.CTRL_BREAK_EVENT if WINDOWS else signal.SIGINT)  # posix-only: SIGINT; Windows: Ctrl+Break
+            if sys.platform == "win32":
+                process.send_signal(signal.CTRL_BREAK_EVENT)  # Windows has no SIGINT for another process
+            else:
+                process.send_signal(signal.SIGINT)  # posix-only: Windows above
         except (OSError, ValueError):
             grace_s = 0  # no console to share (a Windows kernel often has none): end it at once
     try:
@@ -157,7 +161,9 @@ def spawn_detached(argv: list[str]) -> None:
     ``Popen`` object of ours warns about it at exit.
     """
     launcher = "import json, sys; from labkit.processes import _popen_detached; _popen_detached(json.loads(sys.argv[1]))"
-    options = {"creationflags": windows_flags("helper", has_console=False, breakaway=False)} if WINDOWS else {}
+    options: dict[str, Any] = {}
+    if WINDOWS:
+        options["creationflags"] = windows_flags("helper", has_console=False, breakaway=False)
     subprocess.run([sys.executable, "-c", launcher, json.dumps(argv)], check=False, timeout=30,
                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **options)
 

@@ -133,9 +133,9 @@ def machine_size() -> tuple[float, int]:
         v1_quota, v1_period = _read_first(["/sys/fs/cgroup/cpu/cpu.cfs_quota_us"]), _read_first(["/sys/fs/cgroup/cpu/cpu.cfs_period_us"])
         if v1_quota and v1_period and int(v1_quota) > 0:
             cpus = min(cpus, int(v1_quota) / int(v1_period))
-    limit = _read_first(["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"])
-    if limit and limit.isdigit() and int(limit) < memory:
-        memory = int(limit)
+    memory_limit = _read_first(["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"])
+    if memory_limit and memory_limit.isdigit() and int(memory_limit) < memory:
+        memory = int(memory_limit)
     return cpus, memory
 
 

@@ -80,7 +80,7 @@ class ProcessRegistry:
             application_name: str | None = None) -> Path | None:
         """Register ``pid`` (default: this process), owned by ``owner``; None if it has already ended."""
         pid = pid or os.getpid()
-        entry = {"pid": pid, "created": processes.started_at(pid)}
+        entry: dict[str, object] = {"pid": pid, "created": processes.started_at(pid)}
         if entry["created"] is None:
             return None
         if owner is not None:

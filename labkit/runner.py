@@ -11,6 +11,7 @@ interrupted run, and re-raises. A pgbench whose kernel dies is killed by the OS 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import queue
 import shutil
@@ -18,20 +19,25 @@ import subprocess
 import tempfile
 import threading
 import time
+import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import IO, Protocol
 
 import psycopg
 
-from . import db, limits, outcome, pgbench, processes
+from . import cpu, db, limits, pgbench, processes, run_record
 from . import perf as perf_module
 from .config import ENCODING
 from .errors import RunFailed, UsageError
-from .probes import WORK, Probe, Sampler, held_by_probe
+from .probes import HELD_BY_PROBE, WORK, Probe, Sampler
+from .profiles import machine_size
 from .queries import query
 from .records import Run, now_iso
+from .registry import ProcessRegistry
 
+log = logging.getLogger(__name__)
 _ONE_RUN = threading.Lock()
 
 
@@ -45,15 +51,10 @@ class Observer(Protocol):
         """Probe samples taken since the last call."""
 
 
-def busy() -> bool:
-    """Whether a pgbench run is going on in this process."""
-    return _ONE_RUN.locked()
-
-
 def free_connections(conninfo: str) -> int:
     """Connections an ordinary client can still open on the server."""
     with db.connect(conninfo) as connection:
-        in_use, maximum, reserved = connection.execute(query("connections")).fetchone()
+        in_use, maximum, reserved = db.row(connection, query("connections"))
     return maximum - reserved - in_use
 
 
@@ -66,24 +67,33 @@ def measure_work(conninfo: str, sql: str) -> float:
     """The work counter now: one number, e.g. ``select count(*) from done``."""
     try:
         with db.connect(conninfo) as connection:
-            row = connection.execute(work_probe(sql).sql).fetchone()
+            value = db.one(connection, work_probe(sql).sql)
     except psycopg.Error as error:
         raise UsageError(f"The work query failed: {db.message(error)}. "
                          "It must return one number, e.g. select count(*) from done.") from None
     try:
-        return float(row[0])
+        return float(value)
     except (TypeError, ValueError):
-        raise UsageError(f"The work query returned {row[0]!r}, not a number: it must count work done so far.") from None
+        raise UsageError(f"The work query returned {value!r}, not a number: it must count work done so far.") from None
 
 
 def wait_backends_gone(conninfo: str, application_name: str, timeout_s: float = 5.0) -> bool:
-    """Wait until the run's backends have exited (and so flushed their statistics); True if they did."""
+    """Wait until the run's backends have exited (and so flushed their statistics); False, said, if they did not."""
     deadline = time.monotonic() + timeout_s
-    with contextlib.suppress(psycopg.Error), db.connect(conninfo) as connection:
-        while time.monotonic() < deadline:
-            if not connection.execute(query("run_backends"), {"application_name": application_name}).fetchone()[0]:
-                return True
-            time.sleep(0.05)
+    left = None
+    try:
+        with db.connect(conninfo) as connection:
+            while time.monotonic() < deadline:
+                left = db.one(connection, query("run_backends"), {"application_name": application_name})
+                if not left:
+                    return True
+                time.sleep(0.05)
+    except psycopg.Error as error:
+        warnings.warn(f"Could not check that the run's backends have exited ({db.message(error)}): statistics "
+                      "read right now may miss the end of the run.", stacklevel=3)
+        return False
+    warnings.warn(f"{left} backend(s) of the run were still there after {timeout_s:.0f} s: statistics read "
+                  "right now (pg_stat_*, lab.check) may miss what they have not flushed yet.", stacklevel=3)
     return False
 
 
@@ -97,7 +107,7 @@ class Target:
     notebook: str
     profile: str
     server: dict  # backend, version, settings (for the record)
-    registry: object = None  # a ProcessRegistry for pgbench processes, or None
+    registry: ProcessRegistry | None = None  # where pgbench processes are registered (for the reaper)
     postmaster_pid: int | None = None  # a local server's main process, for perf
 
 
@@ -107,7 +117,7 @@ class PgbenchRunner:
     def __init__(self, target: Target):
         self.target = target
 
-    def run(self, spec: pgbench.Spec, *, probes: list[Probe] = (), observer: Observer | None = None,
+    def run(self, spec: pgbench.Spec, *, probes: Sequence[Probe] = (), observer: Observer | None = None,
             work: str | None = None, perf: bool = False) -> Run:
         """Run ``spec``; ``work`` is SQL counting the work done so far (for goodput), sampled each second.
 
@@ -118,13 +128,15 @@ class PgbenchRunner:
             raise UsageError("A pgbench run is already going on in this kernel: wait for it or interrupt it.")
         workdir = Path(tempfile.mkdtemp(prefix="labkit-run-"))
         recording = None
+        work_before = 0.0
         try:
-            probes = [p for p in probes if p.name != WORK] + ([work_probe(work)] if work else [])
-            pgbench.check_capacity(spec, free_connections(self.target.conninfo) - (1 if probes else 0))
+            chosen = [p for p in probes if p.name != WORK] + ([work_probe(work)] if work else [])
+            pgbench.check_capacity(spec, free_connections(self.target.conninfo) - self._probe_connections(chosen))
             limits.check_pgbench_clients(spec.clients, spec.threads)
-            work_before = measure_work(self.target.conninfo, work) if work else None
+            if work:
+                work_before = measure_work(self.target.conninfo, work)
             recording, perf_reason = self._perf_recording() if perf else (None, None)
-            run, outputs = self._run(spec, probes, observer, workdir)
+            run, outputs = self._run(spec, chosen, observer, workdir)
             if perf:
                 run.extra["perf"] = perf_module.figures(recording, perf_reason)
         finally:
@@ -134,17 +146,24 @@ class PgbenchRunner:
             _ONE_RUN.release()
         if work:
             with contextlib.suppress(UsageError):
-                run.extra.update(outcome.work_figures(measure_work(self.target.conninfo, work) - work_before, run))
+                run.extra.update(run_record.work_figures(measure_work(self.target.conninfo, work) - work_before, run))
+        log.info("run %s: %s transactions, %s tps, %.1f s", spec.name, run.transactions, run.tps, outputs.wall_s)
         if outputs.interrupted:
             if run.transactions:
                 run.save()
             raise KeyboardInterrupt(f"pgbench run {spec.name!r} interrupted after {outputs.wall_s:.1f} s")
-        reason = outcome.failure(outputs, run)
+        reason = run_record.failure(outputs, run)
         if reason is not None:
             raise RunFailed(f"pgbench stopped: {reason}",
                             detail="Fix the script and run the cell again." if run.errors else outputs.stderr[-2000:])
+        if run.aborted_clients:
+            warnings.warn(run_record.aborted_sentence(run), stacklevel=2)
         run.save()
         return run
+
+    def _probe_connections(self, probes: list[Probe]) -> int:
+        """Connections the probes of a run open: one per SQL probe, held_by's, and the cpu probe's."""
+        return len(probes) + 1 + (1 if self.target.postmaster_pid is not None else 0)
 
     def _perf_recording(self):
         """A started perf recording of the server and None, or None and the one-line reason there is none."""
@@ -169,14 +188,17 @@ class PgbenchRunner:
         argv = pgbench.build_argv(spec, paths, log_prefix=Path("tx"))
         application_name = db.run_name()
         environment = {**os.environ, **self.target.environment, "PGAPPNAME": application_name}
-        context = outcome.Context(self.target.notebook, self.target.profile, self.target.server, now_iso(),
-                                  tuple(argv))
-        sampler = Sampler(self.target.conninfo, [*probes, held_by_probe(application_name)])
+        context = run_record.Context(self.target.notebook, self.target.profile, self.target.server, now_iso(),
+                                     tuple(argv))
+        log.info("run %s (%s): pgbench %s", spec.name, application_name, " ".join(argv))
         started = time.monotonic()
         process = subprocess.Popen([str(self.target.pgbench), *argv], stdin=subprocess.DEVNULL,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment, cwd=workdir,
                                    **processes.child_options())
         registry = self.target.registry
+        sql_probes = [p.for_run(application_name) for p in [*probes, HELD_BY_PROBE]]
+        sampler = Sampler(self.target.conninfo, sql_probes, extra=[
+            cpu.CpuSchedule(process.pid, self.target.postmaster_pid, self.target.conninfo, application_name)])
         reader = None
         interrupted = False
         try:  # from here on, whatever happens, pgbench does not outlive this call
@@ -189,6 +211,7 @@ class PgbenchRunner:
             reader.follow(observer, sampler)
         except KeyboardInterrupt:
             interrupted = True
+            log.info("run %s interrupted: stopping pgbench and its backends", spec.name)
             processes.interrupt(process)
             db.terminate_runs(self.target.conninfo, [application_name])
         finally:
@@ -201,20 +224,21 @@ class PgbenchRunner:
             if reader is not None:
                 reader.close()
             else:
-                process.stdout.close()
-                process.stderr.close()
+                _close(process.stdout, process.stderr)
             samples = sampler.stop()
             if registry is not None:
                 registry.remove(process.pid)
         # Backends flush their statistics as they exit: wait, so the next query sees this run's counts.
         wait_backends_gone(self.target.conninfo, application_name)
-        read = reader is not None  # else interrupted before pgbench's output was read: nothing was measured
-        outputs = outcome.Outputs(stdout=reader.stdout() if read else "",
-                                  stderr="\n".join(reader.other_lines) if read else "",
-                                  progress=reader.progress if read else [],
-                                  wall_s=wall_s, transaction_log=_read_logs(workdir / "tx"), samples=samples,
-                                  probe_errors=sampler.errors, interrupted=interrupted, exit_code=process.returncode)
-        return outcome.record(spec, context, outputs), outputs
+        # else interrupted before pgbench's output was read: nothing was measured
+        outputs = run_record.Outputs(stdout=reader.stdout() if reader else "",
+                                     stderr="\n".join(reader.other_lines) if reader else "",
+                                     progress=reader.progress if reader else [],
+                                     wall_s=wall_s, transaction_log=_read_logs(workdir / "tx"), samples=samples,
+                                     probe_errors=sampler.errors, interrupted=interrupted,
+                                     exit_code=process.returncode, probe_costs=sampler.costs(),
+                                     cpus=machine_size()[0])
+        return run_record.record(spec, context, outputs), outputs
 
 
 class _OutputReader:
@@ -236,9 +260,11 @@ class _OutputReader:
             thread.start()
 
     def _read_stdout(self) -> None:
+        assert self.process.stdout is not None  # opened with stdout=PIPE
         self._stdout.append(self.process.stdout.read().decode(ENCODING, errors="replace"))
 
     def _read_stderr(self) -> None:
+        assert self.process.stderr is not None  # opened with stderr=PIPE
         for raw in iter(self.process.stderr.readline, b""):
             self.lines.put(raw.decode(ENCODING, errors="replace").rstrip("\r\n"))
         self.lines.put(None)
@@ -280,8 +306,13 @@ class _OutputReader:
         for thread in self._threads:
             thread.join(timeout=5)
         self._drain_rest()
-        self.process.stdout.close()
-        self.process.stderr.close()
+        _close(self.process.stdout, self.process.stderr)
+
+
+def _close(*pipes: IO | None) -> None:
+    for pipe in pipes:
+        if pipe is not None:
+            pipe.close()
 
 
 def _read_logs(prefix: Path):

@@ -22,7 +22,7 @@ NAME = "labkit_pg"
 
 def ids() -> tuple[int, int] | None:
     """(uid, gid) to run the server as, or None when it runs as the current user."""
-    if not config.is_root():
+    if sys.platform == "win32" or not config.is_root():
         return None
     import pwd
 
@@ -49,7 +49,7 @@ def popen_options(home: Path) -> dict:
 def give(path: Path) -> None:
     """Make ``path`` the service user's (as root); nothing otherwise."""
     found = ids()
-    if found is not None:
+    if found is not None and sys.platform != "win32":
         os.chown(path, *found)
 
 

@@ -101,6 +101,11 @@ class OpenTransaction:
                 f"with a %%sql --session {self.session} cell that runs rollback (or commit).")
 
 
+#: how a statement ended, as far as the caller is concerned
+Ended = Result | Failed
+Outcome = Result | Failed | Waiting
+
+
 def duration_s(setting: str) -> float | None:
     """Seconds in a PostgreSQL duration setting (a bare number is milliseconds); None if unreadable.
 
@@ -140,9 +145,8 @@ class Session:
         self.pid = self.connection.info.backend_pid
         self.configure(lock_timeout=lock_timeout, statement_timeout=statement_timeout)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"labkit-session-{name}")
-        self.pending: Future | None = None
+        self.pending: Future[Ended] | None = None
         self.pending_sql = ""
-        self.pending_since = 0.0
 
     def configure(self, *, lock_timeout: str | None = None, statement_timeout: str | None = None) -> None:
         with self.connection.cursor() as cursor:
@@ -157,7 +161,7 @@ class Session:
     def busy(self) -> bool:
         return self.pending is not None and not self.pending.done()
 
-    def _execute(self, sql: str, params=None) -> Result:
+    def _execute(self, sql: str, params=None) -> Ended:
         import pandas as pd
 
         started = time.monotonic()
@@ -177,7 +181,7 @@ class Session:
             return Failed(self.name, short_error(error), error.sqlstate, sql, error)
         return Result(self.name, tuple(frames), tuple(statuses), time.monotonic() - started, sql)
 
-    def submit(self, sql: str, params=None) -> Future:
+    def submit(self, sql: str, params=None) -> Future[Ended]:
         if self.busy:
             raise UsageError(
                 f"{self.name} is still running its previous statement ({self.pending_sql[:60]!r}); "
@@ -185,10 +189,9 @@ class Session:
             )
         self.pending = self._executor.submit(self._execute, sql, params)
         self.pending_sql = sql
-        self.pending_since = time.monotonic()
         return self.pending
 
-    def run(self, sql: str, params=None, *, report_wait_after: float = REPORT_WAIT_AFTER_S):
+    def run(self, sql: str, params=None, *, report_wait_after: float = REPORT_WAIT_AFTER_S) -> Outcome:
         """Run ``sql``: a Result or Failed when it ends, a Waiting when it blocks on a lock."""
         future = self.submit(sql, params)
         waited_since = None
@@ -213,10 +216,11 @@ class Session:
 
     def cancel(self) -> None:
         """Cancel the statement this session is running (it fails with 'canceling statement')."""
-        if self.busy:
+        pending = self.pending
+        if pending is not None and not pending.done():
             self.connection.cancel_safe()
             try:
-                self.pending.result(timeout=5)
+                pending.result(timeout=5)
             except Exception:  # noqa: BLE001 - the outcome of a cancelled statement does not matter
                 pass
 
@@ -230,11 +234,11 @@ class Session:
 
 @dataclass
 class Sessions:
-    """The sessions of one lab, and an observer connection that sees who blocks whom."""
+    """The sessions of one lab, and a monitor connection that sees who blocks whom."""
 
     conninfo: Callable[[], str]  # asked at each new connection: a restarted server may move
     sessions: dict[str, Session] = field(default_factory=dict)
-    _observer: psycopg.Connection | None = None
+    _monitor: psycopg.Connection | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def get(self, name: str, **timeouts) -> Session:
@@ -244,10 +248,10 @@ class Sessions:
             self.sessions[name].configure(**timeouts)
         return self.sessions[name]
 
-    def observer(self) -> psycopg.Connection:
-        if self._observer is None or self._observer.closed:
-            self._observer = db.connect(self.conninfo(), db.OBSERVER)
-        return self._observer
+    def monitor(self) -> psycopg.Connection:
+        if self._monitor is None or self._monitor.closed:
+            self._monitor = db.connect(self.conninfo(), db.MONITOR)
+        return self._monitor
 
     def name_of(self, pid: int) -> str:
         for session in self.sessions.values():
@@ -258,7 +262,7 @@ class Sessions:
     def lock_wait(self, session: Session) -> Waiting | None:
         """A Waiting outcome if ``session`` waits for a lock now, else None."""
         with self._lock:
-            row = self.observer().execute(query("lock_wait"), {"pid": session.pid}).fetchone()
+            row = self.monitor().execute(query("lock_wait"), {"pid": session.pid}).fetchone()
         if not row or row[0] != "Lock":
             return None
         if row[2] and self._only_autovacuum(row[2]):
@@ -274,19 +278,19 @@ class Sessions:
         for attempt in (1, 2):
             try:
                 with self._lock:
-                    rows = self.observer().execute(query("open_transactions"), {"pids": list(names)}).fetchall()
+                    rows = self.monitor().execute(query("open_transactions"), {"pids": list(names)}).fetchall()
                 break
             except psycopg.OperationalError:
                 if attempt == 2:
                     raise
-                self._observer = None  # the server restarted since: connect again
+                self._monitor = None  # the server restarted since: connect again
         # A pid is only this lab's session if the backend is still that session's (pids get reused).
         return [OpenTransaction(names[pid], state, open_s, tuple(holds))
                 for pid, application, state, open_s, holds in rows if application == db.session_name(names[pid])]
 
     def _only_autovacuum(self, pids: list[int]) -> bool:
         with self._lock:
-            kinds = self.observer().execute(query("backend_kinds"), {"pids": list(pids)}).fetchall()
+            kinds = self.monitor().execute(query("backend_kinds"), {"pids": list(pids)}).fetchall()
         return bool(kinds) and all(kind == "autovacuum worker" and "wraparound" not in (query or "")
                                    for kind, query in kinds)
 
@@ -312,5 +316,5 @@ class Sessions:
                 session.close()
         finally:
             self.sessions.clear()
-            if self._observer is not None:
-                self._observer.close()
+            if self._monitor is not None:
+                self._monitor.close()

@@ -40,6 +40,7 @@ WAIT_CLASS_COLORS = {
     "BufferPin": BLUE,
     "Timeout": YELLOW,
     "Client": "#7F7F7F",
+    "idle in transaction": "#8C564B",
     "Activity": "#B0B0B0",
     "Extension": "#333333",
 }

@@ -74,7 +74,7 @@ def panel(lab, script: str | dict[str, str], *, name: str = "explore", clients: 
     button = w.Button(description="Run", button_style="primary", icon="play")
     message = w.HTML()
     output = w.Output()
-    shown = []  # the live view of the panel's last run (closed when the next run clears the output)
+    shown: list = []  # the live view of the panel's last run (closed when the next run clears the output)
 
     def check(value: int) -> str | None:
         if not low <= value <= high:

@@ -1,12 +1,15 @@
--- What every other backend of this database is doing right now, grouped by wait event.
--- "CPU" stands for an active backend that is not waiting (running or runnable).
-select coalesce(wait_event_type || ': ' || wait_event, 'CPU') as wait,
+-- Every client of one run, by what it is doing right now: one class each, so they add up to the
+-- run's connected clients. {application_name} is the run's (labkit-run-<hex>), set by labkit.
+--   CPU                  active, not waiting (running or runnable)
+--   <type>: <event>      active and waiting: Lock, LWLock, IO, IPC, ...
+--   Client: ClientRead   idle: waiting for pgbench's next statement
+--   idle in transaction  between two statements of a transaction (it keeps its locks)
+-- pg_stat_activity is a copy of each backend's status entry, read without locks.
+select case when state like 'idle in transaction%' then 'idle in transaction'
+            when wait_event_type is null then 'CPU'
+            else wait_event_type || ': ' || wait_event end as wait,
        count(*)::int as backends
 from pg_stat_activity
-where datname = current_database()
-  and backend_type = 'client backend'
-  and state = 'active'
-  and pid <> pg_backend_pid()
-  and application_name is distinct from '{probe}'  -- labkit's probes (labkit.db.PROBE), and nothing else
+where application_name = '{application_name}'
 group by 1
 order by 2 desc

@@ -224,6 +224,17 @@ def test_check_notes_one_row_in_the_run(lab, hot_row):
     assert saved.extra["total"] == frame.loc[0, "total"] >= run.transactions
     with pytest.raises(UsageError, match="exactly one row; this one returned 0"):
         lab.check("select 1 where false")
+    frame = lab.check("select 1.5::numeric as ratio, 2::bigint as pages")  # through pandas.read_sql and the engine
+    assert type(run.extra["ratio"]) is float and type(run.extra["pages"]) is int  # plain values in the record
+    with pytest.raises(UsageError, match='^The check failed: column "nope" does not exist$'):
+        lab.check("select nope from hot")
+
+
+def test_the_engine_connects_through_labkit(lab):
+    import pandas as pd
+
+    frame = pd.read_sql("select application_name from pg_stat_activity where pid = pg_backend_pid()", lab.engine())
+    assert frame.iloc[0, 0] == "labkit-admin"
 
 
 def test_copy_loads_generated_rows(lab):

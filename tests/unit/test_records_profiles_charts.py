@@ -108,7 +108,7 @@ def test_no_lab_restarts_the_server_for_connections():
 
 
 def test_work_figures_put_goodput_on_pgbench_clock():
-    from labkit.outcome import work_figures
+    from labkit.run_record import work_figures
 
     run = make_run(tps=1000.0)
     run.transactions = 4000  # pgbench's clock: 4 s

@@ -7,9 +7,10 @@ the record. Tested on real pgbench output recorded in ``tests/data/pgbench``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from . import pgbench
-from .probes import HELD_BY
+from . import cpu, pgbench
+from .probes import CPU, HELD_BY
 from .records import Run
 
 
@@ -32,11 +33,13 @@ class Outputs:
     stderr: str  # what is left once the progress lines are taken out
     progress: list[pgbench.Progress]
     wall_s: float
-    transaction_log: object = None  # a DataFrame from pgbench.log_frame, or None
+    transaction_log: Any = None  # a DataFrame from pgbench.log_frame, or None
     samples: dict[str, list[dict]] = field(default_factory=dict)  # probe -> rows with t from the process start
     probe_errors: dict[str, str] = field(default_factory=dict)
     interrupted: bool = False
     exit_code: int | None = 0
+    probe_costs: list[dict] = field(default_factory=list)  # each probe's interval, samples and time spent
+    cpus: float = 0.0  # the cores this machine (or container) gives the run
 
 
 def record(spec: pgbench.Spec, context: Context, outputs: Outputs) -> Run:
@@ -45,15 +48,17 @@ def record(spec: pgbench.Spec, context: Context, outputs: Outputs) -> Run:
     problems = pgbench.parse_errors(outputs.stderr)
     progress = outputs.progress
     log = outputs.transaction_log
-    fine, latency, fine_width = [], {}, None
+    fine: list[dict] = []
+    latency: dict[str, float | None] = {}
+    fine_width = None
     connection_s = (summary.initial_connection_ms or 0) / 1000
-    if log is not None and not log.empty:
-        start = pgbench.log_start(log)
+    start = pgbench.log_start(log) if log is not None else None
+    if start is not None:
         fine_width = 0.1
         end = start + spec.duration_s if spec.duration_s else None
         fine = [vars(b) for b in pgbench.bin_log(log, start, fine_width, sampling_rate=spec.sampling_rate or 1.0,
                                                  end_s=end)]
-        latency = pgbench.latency_figures(log)
+        latency = dict(pgbench.latency_figures(log))
     elif summary.latency_avg_ms is not None:
         latency = {"avg": summary.latency_avg_ms, "stddev": summary.latency_stddev_ms}
     stalls = [vars(s) for s in pgbench.find_stalls([(p.t, p.tps) for p in progress])]
@@ -80,8 +85,32 @@ def record(spec: pgbench.Spec, context: Context, outputs: Outputs) -> Run:
         aborted_clients=problems.aborted_clients, errors=list(problems.errors), interrupted=outputs.interrupted,
         per_second=[vars(p) for p in progress], fine=fine, fine_width_s=fine_width, stalls=stalls, probes=samples,
         statements=[vars(s) for s in summary.statements],
-        extra={"probe_errors": dict(outputs.probe_errors)} if outputs.probe_errors else {},
+        extra=_extra(spec, outputs, samples),
     )
+
+
+def _extra(spec: pgbench.Spec, outputs: Outputs, samples: dict[str, list[dict]]) -> dict:
+    """What the runner measured beside pgbench: the probes' own cost, the CPU split, probe failures."""
+    extra: dict = {}
+    if outputs.probe_errors:
+        extra["probe_errors"] = dict(outputs.probe_errors)
+    if outputs.probe_costs:
+        extra["probe_costs"] = list(outputs.probe_costs)
+    split = cpu.figures(samples.get(CPU, []), spec.threads, outputs.cpus)
+    if split:
+        extra["cpu"] = split
+    return extra
+
+
+def aborted_sentence(run: Run) -> str:
+    """What a student is told when some clients aborted (their first error), the run kept.
+
+    >>> aborted_sentence(Run("r", "nb", "ci", "now", clients=4, aborted_clients=1, errors=["ERROR: x"]))
+    'r: 1 of 4 clients aborted (ERROR: x); the tps counts the transactions of the 3 that went on.'
+    """
+    first = f" ({run.errors[0]})" if run.errors else ""
+    return (f"{run.name}: {run.aborted_clients} of {run.clients} clients aborted{first}; the tps counts the "
+            f"transactions of the {run.clients - (run.aborted_clients or 0)} that went on.")
 
 
 def failure(outputs: Outputs, run: Run) -> str | None:
