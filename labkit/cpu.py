@@ -55,6 +55,8 @@ class CpuSchedule(_Schedule):
         self._before[self.pgbench_pid] = _used(self._pgbench)
         if self.postmaster_pid is not None:
             self.connection = db.connect(self.conninfo, db.PROBE)
+            for process in self._server_processes():  # from now on: what they used before is not the run's
+                self._delta(process.pid, process)
         self._last = (time.monotonic(), _idle())
 
     def _delta(self, pid: int, process: psutil.Process) -> float:
@@ -73,7 +75,7 @@ class CpuSchedule(_Schedule):
         assert self._pgbench is not None and self._last is not None
         now, idle = time.monotonic(), _idle()
         wall = now - self._last[0]
-        if wall <= 0:
+        if wall < 0.2 * self.every_s:  # the first tick, right after open(): nothing measured yet
             return []
         row: dict = {"t": t, "pgbench": round(self._delta(self.pgbench_pid, self._pgbench) / wall, 3),
                      "backends": None, "server_other": None,

@@ -365,15 +365,23 @@ class Lab:
         """This notebook's saved runs as a table (newest last)."""
         return records.runs_frame(self.records(all_notebooks=all_notebooks))
 
-    def records(self, names: list[str] | None = None, *, all_notebooks: bool = False) -> list[records.Run]:
-        """Saved runs of this notebook (the newest of each name when ``names`` is given)."""
+    def records(self, names: list[str] | None = None, *, all_notebooks: bool = False,
+                any_profile: bool = False) -> list[records.Run]:
+        """Saved runs of this notebook under this lab's profile (the newest of each name when ``names`` is given).
+
+        Runs of another profile (another size of experiment) are left out, so that a comparison
+        never mixes ``ci`` and ``laptop`` runs; ``any_profile=True`` takes them all.
+        """
         found = records.list_runs(notebook=None if all_notebooks else self.notebook)
+        if not any_profile:
+            found = [run for run in found if run.profile == self.profile.name]
         if names is None:
             return found
         newest = records.latest(found)
         missing = [name for name in names if name not in newest]
         if missing:
-            raise UsageError(f"No saved run named {', '.join(missing)} in {self.notebook}: run it first.")
+            raise UsageError(f"No saved run named {', '.join(missing)} in {self.notebook} under the "
+                             f"{self.profile.name!r} profile: run it first.")
         return [newest[name] for name in names]
 
     def compare(self, names: list[str] | None = None, *, metric: str = "tps"):

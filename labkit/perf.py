@@ -24,6 +24,9 @@ class Availability:
     message: str
 
 
+CUTOFF_PCT = 0.3  # perf report leaves out symbols with less self time than this (percent)
+
+
 @cache
 def availability() -> Availability:
     """Whether ``perf record -e cpu-clock`` works here (checked once, by trying it)."""
@@ -126,7 +129,7 @@ class Recording:
     def report(self) -> CpuProfile:
         perf = shutil.which("perf") or "perf"
         base = [perf, "report", "-i", str(self.output), "--stdio", "--sort", "dso,symbol", "-g", "none",
-                "--percent-limit", "0.3"]
+                "--percent-limit", str(CUTOFF_PCT)]
         text = subprocess.run(base + (["--children"] if self.call_graph else ["--no-children"]),
                               capture_output=True, text=True, encoding="utf-8", errors="replace", timeout=300).stdout
         symbols = parse_report(text)
@@ -281,12 +284,21 @@ def table(run, *, top: int = 12):
     return frame[["symbol", "dso", "self", "children"]].rename(columns={"self": "self %", "children": "children %"})
 
 
+def recorded(run) -> bool:
+    """Whether perf recorded this run (its figures exist)."""
+    return bool(profile_of(run).get("available"))
+
+
 def share(run, symbol: str) -> float | None:
-    """Self time of ``symbol`` in a profiled run, in percent (0.0 when below perf's report limit)."""
+    """Self time of ``symbol`` in a profiled run, in percent.
+
+    None when perf did not record the run, or when the symbol is below the report's cut-off
+    (:data:`CUTOFF_PCT`): perf leaves such symbols out, so their share is small but unknown, not 0.
+    """
     figures = profile_of(run)
     if not figures.get("available"):
         return None
-    return next((row["self"] for row in figures["symbols"] if row["symbol"] == symbol), 0.0)
+    return next((row["self"] for row in figures["symbols"] if row["symbol"] == symbol), None)
 
 
 @style.styled

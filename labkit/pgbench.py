@@ -57,12 +57,12 @@ class Spec:
 
     @property
     def threads(self) -> int:
-        """Pgbench's -j: one thread per client up to the machine's cores."""
-        import os
+        """Pgbench's -j: one thread per client up to the cores this process may use (a container's limit)."""
+        from .profiles import machine_size
 
         if self.jobs:
             return self.jobs
-        return max(1, min(self.clients, os.cpu_count() or 1))
+        return max(1, min(self.clients, round(machine_size()[0])))
 
     def validated(self) -> Spec:
         """This spec, if pgbench would accept it; else a :class:`UsageError` saying what to change."""
@@ -519,10 +519,6 @@ class Problems:
     aborted_clients: int = 0
     run_aborted: bool = False
 
-    @property
-    def first(self) -> str | None:
-        return self.errors[0] if self.errors else None
-
 
 def parse_errors(stderr: str) -> Problems:
     """Collect ``pgbench: error:`` lines (with their continuation lines) and aborted clients."""
@@ -545,6 +541,11 @@ def parse_errors(stderr: str) -> Problems:
             errors.append(message)
         elif errors and line.strip() and not line.startswith("pgbench"):
             errors[-1] = f"{errors[-1]}\n{line}"
+    if run_aborted:
+        # pgbench 18 ends a client on a failed \gset (or meta-command) with only its error line
+        # ("client 0 script 0 command 1 query 0: expected one row, got 0") and "Run was aborted"
+        named = {match.group(1) for message in errors if (match := re.match(r"client (\d+) ", message))}
+        aborted = max(aborted, len(named))
     return Problems(tuple(dict.fromkeys(errors)), aborted, run_aborted)  # each message once
 
 
@@ -679,10 +680,6 @@ def latency_figures(frame) -> dict[str, float]:
 class Stall:
     start: float
     end: float
-
-    @property
-    def seconds(self) -> float:
-        return round(self.end - self.start, 6)
 
 
 def find_stalls(points: list[tuple[float, float]], *, fraction: float = 0.1, width: float = 1.0) -> list[Stall]:

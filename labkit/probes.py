@@ -50,15 +50,18 @@ class Probe:
     sql: str
     every_s: float = 1.0
     per_run: bool = False
+    lock_table: str | None = None  # when it reads the lock table, if not on every sample
 
     @property
-    def reads_lock_table(self) -> bool:
-        """Whether each sample reads the lock table (and so takes all its partition locks).
+    def reads_lock_table(self) -> bool | str:
+        """Whether each sample reads the lock table (and so takes all its partition locks), or when it does.
 
         >>> probe("locks", "select count(*) from pg_locks").reads_lock_table, WAIT_EVENTS.reads_lock_table
         (True, False)
+        >>> HELD_BY_PROBE.reads_lock_table
+        'only while every client of the run waits for a lock'
         """
-        return bool(_LOCK_TABLE.search(self.sql))
+        return self.lock_table or bool(_LOCK_TABLE.search(self.sql))
 
     def for_run(self, application_name: str) -> Probe:
         """This probe with the run's application_name in its SQL (probes that are not per-run: unchanged)."""
@@ -76,7 +79,8 @@ def probe(name: str, sql: str, every: float = 1.0) -> Probe:
 
 WAIT_EVENTS = Probe("waits", query("wait_events"), 0.25, per_run=True)
 HELD_BY = "held_by"  # every client of the run waits for a lock held outside it: by whom
-HELD_BY_PROBE = Probe(HELD_BY, query("held_by"), 1.0, per_run=True)
+HELD_BY_PROBE = Probe(HELD_BY, query("held_by"), 1.0, per_run=True,
+                      lock_table="only while every client of the run waits for a lock")
 CPU = "cpu"  # CPU used by pgbench and by the server, from the operating system
 # The name of the probe that samples a run's work counter (see ``work=`` of Lab.pgbench).
 WORK = "work"

@@ -31,13 +31,14 @@ from . import cpu, db, limits, pgbench, processes, run_record
 from . import perf as perf_module
 from .config import ENCODING
 from .errors import RunFailed, UsageError
-from .probes import HELD_BY_PROBE, WORK, Probe, Sampler
+from .probes import CPU, HELD_BY, HELD_BY_PROBE, WORK, Probe, Sampler
 from .profiles import machine_size
 from .queries import query
 from .records import Run, now_iso
 from .registry import ProcessRegistry
 
 log = logging.getLogger(__name__)
+OWN_PROBES = (HELD_BY, CPU)  # every run has them
 _ONE_RUN = threading.Lock()
 
 
@@ -118,8 +119,11 @@ class PgbenchRunner:
         self.target = target
 
     def run(self, spec: pgbench.Spec, *, probes: Sequence[Probe] = (), observer: Observer | None = None,
-            work: str | None = None, perf: bool = False) -> Run:
+            work: str | None = None, perf: bool = False, own_probes: Sequence[str] = OWN_PROBES) -> Run:
         """Run ``spec``; ``work`` is SQL counting the work done so far (for goodput), sampled each second.
+
+        ``own_probes`` are labkit's probes that every run has (``held_by``, ``cpu``); the
+        benchmark leaves them out to measure what each costs.
 
         ``perf`` records the server's processes with ``perf record -e cpu-clock`` during the run
         (``extra.perf``); where perf cannot, ``extra.perf`` says why in one line.
@@ -131,12 +135,13 @@ class PgbenchRunner:
         work_before = 0.0
         try:
             chosen = [p for p in probes if p.name != WORK] + ([work_probe(work)] if work else [])
+            chosen += [HELD_BY_PROBE] if HELD_BY in own_probes else []
             pgbench.check_capacity(spec, free_connections(self.target.conninfo) - self._probe_connections(chosen))
             limits.check_pgbench_clients(spec.clients, spec.threads)
             if work:
                 work_before = measure_work(self.target.conninfo, work)
             recording, perf_reason = self._perf_recording() if perf else (None, None)
-            run, outputs = self._run(spec, chosen, observer, workdir)
+            run, outputs = self._run(spec, chosen, observer, workdir, cpu_probe=CPU in own_probes)
             if perf:
                 run.extra["perf"] = perf_module.figures(recording, perf_reason)
         finally:
@@ -162,8 +167,8 @@ class PgbenchRunner:
         return run
 
     def _probe_connections(self, probes: list[Probe]) -> int:
-        """Connections the probes of a run open: one per SQL probe, held_by's, and the cpu probe's."""
-        return len(probes) + 1 + (1 if self.target.postmaster_pid is not None else 0)
+        """Connections the probes of a run open: one per SQL probe, and the cpu probe's."""
+        return len(probes) + (1 if self.target.postmaster_pid is not None else 0)
 
     def _perf_recording(self):
         """A started perf recording of the server and None, or None and the one-line reason there is none."""
@@ -176,7 +181,8 @@ class PgbenchRunner:
         time.sleep(0.3)  # let perf attach before pgbench connects
         return recording, None
 
-    def _run(self, spec: pgbench.Spec, probes: list[Probe], observer: Observer | None, workdir: Path):
+    def _run(self, spec: pgbench.Spec, probes: list[Probe], observer: Observer | None, workdir: Path, *,
+             cpu_probe: bool):
         # pgbench runs in workdir and is given names relative to it: on Windows its command line is
         # read in the ANSI code page, where a user's folder name may not be writable.
         paths = []
@@ -196,9 +202,9 @@ class PgbenchRunner:
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment, cwd=workdir,
                                    **processes.child_options())
         registry = self.target.registry
-        sql_probes = [p.for_run(application_name) for p in [*probes, HELD_BY_PROBE]]
-        sampler = Sampler(self.target.conninfo, sql_probes, extra=[
-            cpu.CpuSchedule(process.pid, self.target.postmaster_pid, self.target.conninfo, application_name)])
+        sampler = Sampler(self.target.conninfo, [p.for_run(application_name) for p in probes], extra=[
+            cpu.CpuSchedule(process.pid, self.target.postmaster_pid, self.target.conninfo, application_name)
+        ] if cpu_probe else [])
         reader = None
         interrupted = False
         try:  # from here on, whatever happens, pgbench does not outlive this call

@@ -103,3 +103,14 @@ def test_the_hint_lists_every_option_the_parser_takes():
         parse_options("--bogus", script="select 1;")
     for option in ("--verbose-errors", "--exit-on-abort", "--connect", "-C", "--no-log", "-D", "-f"):
         assert f" {option} " in f" {raised.value} ".replace(".", " ")
+
+
+def test_threads_follow_the_cores_this_process_may_use(monkeypatch):
+    """In a container limited to one CPU (Binder), -j is 1 whatever the host has."""
+    from labkit import profiles
+
+    spec = parse_options(["-c", "8", "-T", "1"], script="select 1;")
+    monkeypatch.setattr(profiles, "machine_size", lambda: (1.0, 2 << 30))
+    assert spec.threads == 1
+    monkeypatch.setattr(profiles, "machine_size", lambda: (4.0, 8 << 30))
+    assert spec.threads == 4

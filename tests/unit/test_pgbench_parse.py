@@ -63,15 +63,22 @@ def test_old_formats_from_the_articles():
 @pytest.mark.parametrize("version", ["18", "15"])
 def test_sql_error_in_a_script_is_reported(version):
     problems = pgbench.parse_errors(read(f"pgbench{version}_sql_error.stderr"))
-    assert problems.first == "ERROR:  division by zero"
+    assert problems.errors[0] == "ERROR:  division by zero"
     assert problems.aborted_clients == 2
     assert problems.run_aborted
 
 
+def test_a_client_ended_by_a_gset_without_a_row_is_counted_as_aborted():
+    """pgbench 18 names the client in its error and says "Run was aborted", with no "client N aborted" line."""
+    problems = pgbench.parse_errors(read("pgbench18_gset_abort.stderr"))
+    assert problems.errors == ("client 0 script 0 command 1 query 0: expected one row, got 0",)
+    assert problems.aborted_clients == 1 and problems.run_aborted
+
+
 def test_errors_of_two_threads_interleaved():
     problems = pgbench.parse_errors(read("pgbench18_interleaved_errors.stderr"))
-    assert problems.first.splitlines()[0] == 'ERROR:  relation "missing_table" does not exist'
-    assert problems.errors == (problems.first,)  # both clients' identical errors, once
+    assert len(problems.errors) == 1  # both clients' identical errors, once
+    assert problems.errors[0].splitlines()[0] == 'ERROR:  relation "missing_table" does not exist'
     assert problems.aborted_clients == 2
     assert problems.run_aborted
 

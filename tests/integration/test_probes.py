@@ -1,0 +1,94 @@
+"""The probes against the real server: their own schedules, the wait classes, held_by's cost, the CPU split."""
+
+import statistics
+
+import pytest
+
+import labkit
+from labkit import db
+
+pytestmark = pytest.mark.integration
+
+
+def test_wait_samples_keep_their_interval_while_a_slow_probe_runs(lab, hot_row):
+    slow = labkit.probe("slow", "select pg_sleep(0.8) as slept", every=0.1)  # 8x longer than its interval
+    run = lab.pgbench("select 1;", name="slow-probe", clients=2, duration=3, probes=[labkit.WAIT_EVENTS, slow])
+    instants = sorted({row["t"] for row in run.probes["waits"]})
+    gaps = [b - a for a, b in zip(instants, instants[1:])]
+    assert len(instants) >= 10 and statistics.median(gaps) == pytest.approx(0.25, abs=0.05), gaps
+    assert max(gaps) < 0.6, gaps  # no gap of a slow sample
+    costs = {cost["name"]: cost for cost in run.extra["probe_costs"]}
+    assert costs["slow"]["busy_s"] >= 0.8 * costs["slow"]["samples"] - 0.9  # its own time, spent on its own thread
+    assert costs["waits"]["reads_lock_table"] is False and costs["held_by"]["every_s"] == 1.0
+
+
+def test_the_wait_classes_add_up_to_the_clients_idle_in_transaction_included(lab):
+    script = "begin;\nselect 1;\n\\sleep 100 ms\ncommit;\n"  # most of each transaction: between two statements
+    run = lab.pgbench(script, name="idle-in-tx", clients=4, duration=2, probes=[labkit.WAIT_EVENTS])
+    per_instant = {}
+    for row in run.probes["waits"]:
+        per_instant.setdefault(row["t"], {})[row["wait"]] = row["backends"]
+    sums = {t: sum(classes.values()) for t, classes in per_instant.items() if "idle" not in classes}
+    assert max(sums.values()) == 4, per_instant  # the probes and other sessions are not the run's clients
+    first_full = min(t for t, total in sums.items() if total == 4)
+    steady = [t for t in sums if first_full <= t <= 1.7]  # all connected, none gone yet (-T 2)
+    assert len(steady) >= 4 and all(sums[t] == 4 for t in steady), per_instant
+    connected = [per_instant[t] for t in steady]
+    share = sum(classes.get("idle in transaction", 0) for classes in connected) / (4 * len(connected))
+    assert share > 0.5, per_instant  # the sleep is inside the transaction
+
+
+def test_held_by_reads_the_lock_table_only_while_the_run_is_blocked(lab):
+    def lock_table_read(sql: str) -> bool:
+        with db.connect(lab.conninfo) as connection:
+            plan = [line for (line,) in connection.execute("explain (analyze, timing off, costs off) " + sql)]
+        (scan,) = [line for line in plan if "pg_lock_status" in line]
+        return "never executed" not in scan
+
+    sql = labkit.probes.HELD_BY_PROBE.for_run("labkit-run-0000abcd").sql
+    assert not lock_table_read(sql)  # no client of that run exists: not blocked
+    # (who holds the lock of a blocked run: test_runs.py::test_a_stall_and_the_overrun_it_causes)
+
+
+def test_the_cpu_split_is_recorded_and_drawn(lab):
+    run = lab.pgbench("select :client_id::int + 1;", name="cpu-split", clients=2, jobs=1, duration=3,
+                      probes=[labkit.WAIT_EVENTS])
+    rows = run.probes["cpu"]
+    assert len(rows) >= 2 and all(row["pgbench"] >= 0 and row["backends"] >= 0 for row in rows)
+    assert sum(row["backends"] for row in rows) > 0 and sum(row["pgbench"] for row in rows) > 0
+    split = run.extra["cpu"]
+    assert split["threads"] == 1 and split["cpus"] > 0 and split["pgbench_per_thread"] == split["pgbench"]
+    figure = labkit.charts.timeline(run)
+    assert any(trace.name == "cpu: pgbench" for trace in figure.data)
+    assert any(trace.name == "cpu: backends" for trace in figure.data)
+    warned = [a.text for a in figure.layout.annotations if a.name == "cpu warning"]
+    assert bool(warned) == (split["warning"] is not None)
+
+
+
+def test_a_run_whose_clients_aborted_says_so(lab):
+    script = "\\if :client_id = 0\nselect 1 where false \\gset\n\\endif\nselect 1;\n"  # client 0: no row to \gset
+    with pytest.warns(UserWarning, match=r"aborted: 1 of 2 clients aborted \(.*\); the tps counts the transactions "
+                                         r"of the 1 that went on"):
+        run = lab.pgbench(script, name="aborted", clients=2, duration=1, probes=[])
+    assert run.aborted_clients == 1 and run.transactions > 0
+
+
+def test_backends_that_outlive_the_wait_are_said(lab):
+    from labkit import runner
+
+    lingering = lab.session("lingering")  # application_name labkit-lingering, standing in for a run's backend
+    with pytest.warns(UserWarning, match=r"1 backend\(s\) of the run were still there after 0 s"):
+        assert runner.wait_backends_gone(lab.conninfo, "labkit-lingering", timeout_s=0.3) is False
+    lingering.run("select 1")
+
+
+def test_records_do_not_mix_profiles(lab):
+    from labkit import records
+
+    run = lab.pgbench("select 1;", name="profiled", clients=1, duration=1, probes=[])
+    other = records.Run.load(run.path)
+    other.profile, other.started_at, other.path, other.tps = "laptop", "2999-01-01T00:00:00+00:00", None, 1.0
+    other.save()  # newer, but of another profile
+    assert lab.records(["profiled"])[0].tps == run.tps
+    assert lab.records(["profiled"], any_profile=True)[0].profile == "laptop"
