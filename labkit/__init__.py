@@ -20,16 +20,22 @@ The server, behind one interface (:class:`labkit.backend.Server`, picked by
 - ``processes``    children on every OS (liveness, interrupt, die-with-parent, detached);
   ``_windows``: the Job Object; ``limits``: open files, pgbench clients, semaphores
 - ``watchdog``     stops an unused server, reaps orphaned pgbench and ends their runs' backends;
-  it logs to ``log/watchdog.log`` in the server's home (logger ``labkit``)
-- ``db``           the one place that connects: every connection's options, and the
-  ``application_name`` of each role (sessions, a run's clients, probes, monitor, admin)
-  that labkit's SQL filters read back
+  it logs to ``log/watchdog.log`` in the server's home
+- ``db``           the one place that connects (psycopg, and SQLAlchemy's engine for
+  ``pandas.read_sql``): every connection's options, and the ``application_name`` of each
+  role (sessions, a run's clients, probes, monitor, admin) that labkit's SQL filters read back
+
+Logging: each module logs to ``logging.getLogger(__name__)``, under the ``labkit`` logger
+(runs, interrupts, probe failures, ended backends, container restarts). labkit adds only a
+``NullHandler``, as a library should: ``logging.basicConfig(level="INFO")`` in a notebook
+shows it all. What a student must see is said otherwise (errors, warnings, the run record's
+``probe_errors``). The watchdog, a process of its own, sends it to ``log/watchdog.log``.
 
 A run, in one direction:
 
     %%pgbench cell / lab.pgbench(...)        magics.py / lab.py
       -> pgbench.parse_options: a checked Spec (parsed once, checked once)    pgbench.py
-      -> runner.PgbenchRunner: the process, probes (probes.py), interrupts    runner.py
+      -> runner.PgbenchRunner: the process, probes (probes.py, cpu.py), interrupts  runner.py
            progress -> an Observer: live.LiveView (chart) or live.Printer (CLI)
                        (the chart: livewidget.LiveFigure, one plot redrawn in place)
       -> run_record.record: outputs -> Run (pure, tested on recorded output) run_record.py
@@ -56,6 +62,8 @@ What a student sees when something goes wrong (the error contract)
   was measured is saved as an interrupted run.
 """
 
+import logging
+
 from . import article, charts
 from .errors import LabkitError, RunFailed, ServerGone, ServerStartFailed, UsageError
 from .lab import Lab, start
@@ -63,6 +71,8 @@ from .probes import WAIT_EVENTS, Probe, probe
 from .profiles import Profile
 from .profiles import current as profile
 from .records import Run, list_runs
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 __all__ = [
     "WAIT_EVENTS", "Lab", "LabkitError", "Probe", "Profile", "Run", "RunFailed", "ServerGone", "ServerStartFailed",

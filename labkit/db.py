@@ -26,7 +26,7 @@ import psycopg
 from .errors import UsageError
 from .queries import query
 
-log = logging.getLogger("labkit")
+log = logging.getLogger(__name__)
 
 PREFIX = "labkit-"
 PROBE = PREFIX + "probe"

@@ -12,7 +12,7 @@ import time
 import psycopg
 from psycopg import sql as pgsql
 
-from . import db, pgbench, records, runner
+from . import db, pgbench, records, runner, units
 from .backend import (
     SETTINGS_THAT_MATTER,
     Server,
@@ -543,23 +543,8 @@ def _external_report(connection, profile: Profile) -> list[str]:
     differing = []
     for name, value in wanted.items():
         setting, unit = have.get(name, (None, None))
-        if setting is None or not _same_setting(setting, unit, value):
+        if setting is None or not units.same(setting, unit, value):
             differing.append(f"{name}={value} (server: {setting}{unit or ''})")
     if not differing:
         return ["Using the server from LABKIT_DSN; it has the lab settings."]
     return ["Using the server from LABKIT_DSN; labkit did not apply these lab settings: " + "; ".join(differing)]
-
-
-def _same_setting(setting: str, unit: str | None, wanted: str) -> bool:
-    """Whether a pg_settings value (in its unit) equals a wanted value written with a unit.
-
-    >>> _same_setting("16384", "8kB", "128MB"), _same_setting("2000", "ms", "2s"), _same_setting("on", None, "off")
-    (True, True, False)
-    """
-    if setting == wanted:
-        return True
-    units = {"8kB": 8192, "kB": 1024, "MB": 2**20, "GB": 2**30, "ms": 1, "s": 1000, "min": 60000}
-    match = re.fullmatch(r"(\d+)\s*(kB|MB|GB|ms|s|min)?", wanted)
-    if match and unit in units and setting.isdigit():
-        return int(setting) * units[unit] == int(match.group(1)) * units.get(match.group(2) or unit, 1)
-    return False

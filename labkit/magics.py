@@ -22,10 +22,10 @@ from IPython.core.magic import Magics, cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import display
 
-from . import pgbench
+from . import pgbench, units
 from .errors import LabkitError
 from .probes import WAIT_EVENTS, Probe
-from .sessions import Failed, Result, Waiting, duration_s
+from .sessions import Failed, Result, Waiting
 
 # With --lock-timeout up to this long, the cell waits for the timeout instead of returning early.
 MAX_CELL_WAIT_S = 30
@@ -106,7 +106,7 @@ class LabMagics(Magics):
         try:
             session = lab.session(args.session, **timeouts)
             # A short lock timeout given in the cell is the lesson: wait for it rather than return early.
-            limit = duration_s(args.lock_timeout) if args.lock_timeout else None
+            limit = units.seconds(args.lock_timeout) if args.lock_timeout else None
             if limit is not None and 0 < limit <= MAX_CELL_WAIT_S:
                 outcome = session.run(cell, report_wait_after=limit + 1.0)
             else:

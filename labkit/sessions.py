@@ -106,21 +106,6 @@ Ended = Result | Failed
 Outcome = Result | Failed | Waiting
 
 
-def duration_s(setting: str) -> float | None:
-    """Seconds in a PostgreSQL duration setting (a bare number is milliseconds); None if unreadable.
-
-    >>> duration_s("1s"), duration_s("500ms"), duration_s("2min"), duration_s("250"), duration_s("soon")
-    (1.0, 0.5, 120.0, 0.25, None)
-    """
-    import re
-
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(us|ms|s|min|h|d)?\s*", setting or "")
-    if not match:
-        return None
-    units = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
-    return float(match.group(1)) * units[match.group(2) or "ms"]
-
-
 def short_error(error: psycopg.Error) -> str:
     """``ERROR: message`` plus the detail line, without Python's traceback."""
     diag = error.diag

@@ -26,15 +26,17 @@ from .embedded import EmbeddedServer
 from .registry import write_whole
 
 POLL_SECONDS = 2.0
-log = logging.getLogger("labkit")
+log = logging.getLogger("labkit.watchdog")  # not __name__: run as a program, that is "__main__"
 
 
 def _log_to(path: Path) -> None:
+    """Everything labkit logs in this process (the watchdog's own lines, and db's ended backends) goes to ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     handler = logging.FileHandler(path, encoding=config.ENCODING)
     handler.setFormatter(logging.Formatter("%(asctime)s watchdog %(process)d %(levelname)s: %(message)s"))
-    log.addHandler(handler)
-    log.setLevel(logging.INFO)
+    root = logging.getLogger("labkit")
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
 
 
 def _check(server: EmbeddedServer, idle_since: float | None) -> tuple[bool, float | None]:

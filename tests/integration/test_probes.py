@@ -92,3 +92,13 @@ def test_records_do_not_mix_profiles(lab):
     other.save()  # newer, but of another profile
     assert lab.records(["profiled"])[0].tps == run.tps
     assert lab.records(["profiled"], any_profile=True)[0].profile == "laptop"
+
+
+def test_a_run_and_a_failing_probe_are_logged(lab, caplog):
+    broken = labkit.probe("broken", "select * from no_such_table")
+    with caplog.at_level("INFO", logger="labkit"):
+        run = lab.pgbench("select 1;", name="logged", clients=1, duration=1, probes=[broken])
+    said = [(record.name, record.getMessage()) for record in caplog.records]
+    assert ("labkit.probes", 'probe broken stopped: relation "no_such_table" does not exist') in said
+    assert any(name == "labkit.runner" and message.startswith("run logged (labkit-run-") for name, message in said)
+    assert run.extra["probe_errors"] == {"broken": 'relation "no_such_table" does not exist'}
