@@ -19,6 +19,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
+
+from private_home import private_home
 
 FIRST_QUERY = (
     "import time; t = time.perf_counter(); import labkit; lab = labkit.start('bench');"
@@ -36,12 +39,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
 
-    home = tempfile.mkdtemp(prefix="labkit-bench-")
-    results = tempfile.mkdtemp(prefix="labkit-bench-results-")
-    os.environ.update(LABKIT_HOME=home, LABKIT_RESULTS=results, LABKIT_PROFILE="ci", LABKIT_IDLE_STOP="60")
-    from labkit.embedded import EmbeddedServer
+    with private_home(60):
+        from labkit.embedded import EmbeddedServer
 
-    try:
         env = os.environ.copy()
         first_ever = [first_query_seconds(env)]
         for _ in range(args.repeats - 1):  # again from nothing, in a new home each time
@@ -49,7 +49,7 @@ def main() -> None:
             try:
                 first_ever.append(first_query_seconds({**env, "LABKIT_HOME": fresh}))
             finally:
-                EmbeddedServer(__import__("pathlib").Path(fresh)).stop(mode="immediate")
+                EmbeddedServer(Path(fresh)).stop(mode="immediate")
                 shutil.rmtree(fresh, ignore_errors=True)
         warm = [first_query_seconds(env) for _ in range(args.repeats)]
 
@@ -61,10 +61,6 @@ def main() -> None:
         widget_s, bundle_s, size = frame_cost(args.repeats * 5)
         print(f"one live frame, widget JSON vs plotly bundle (ms): {widget_s * 1000:.0f} vs {bundle_s * 1000:.0f}  "
               f"(ratio {bundle_s / widget_s:.1f}; {size / 1000:.0f} kB a frame)")
-    finally:
-        EmbeddedServer().stop(mode="immediate")
-        shutil.rmtree(home, ignore_errors=True)
-        shutil.rmtree(results, ignore_errors=True)
 
 
 def frame_cost(repeats: int) -> tuple[float, float, int]:

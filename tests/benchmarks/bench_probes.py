@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import tempfile
 from dataclasses import replace
 from pathlib import Path
+
+from private_home import private_home
 
 LIGHT = "\\set id random(1, 1000)\nselect :id::int + 1;\n"
 HOT = "update hot set n = n + 1 where id = 1;\n"
@@ -97,16 +98,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
 
-    home = tempfile.mkdtemp(prefix="labkit-bench-")
-    results = tempfile.mkdtemp(prefix="labkit-bench-results-")
-    os.environ.update(LABKIT_HOME=home, LABKIT_RESULTS=results, LABKIT_PROFILE="ci", LABKIT_IDLE_STOP="120")
-    import labkit
-    from labkit import pgbench
-    from labkit.binaries import program
-    from labkit.embedded import EmbeddedServer
-    from labkit.runner import PgbenchRunner
+    with private_home(120):
+        import labkit
+        from labkit import pgbench
+        from labkit.binaries import program
+        from labkit.runner import PgbenchRunner
 
-    try:
         lab = labkit.start("bench")
         lab.need_connections(210)
         lab.sql("drop table if exists hot; create table hot (id int primary key, n int); insert into hot values (1, 0)")
@@ -121,10 +118,6 @@ def main() -> None:
         for title, spec in workloads.items():
             measure(title, spec, runner, program("pgbench"), target.environment, args)
         lab.close()
-    finally:
-        EmbeddedServer().stop(mode="immediate")
-        shutil.rmtree(home, ignore_errors=True)
-        shutil.rmtree(results, ignore_errors=True)
 
 
 if __name__ == "__main__":
