@@ -270,3 +270,26 @@ def test_probe_over_time_draws_each_run_in_its_colour_and_skips_empty_samples():
     assert figure.layout.xaxis.title.text == "seconds since the run started"
     assert figure.layout.yaxis.type is None
     assert charts.probe_over_time([hash_run], "index", "index_mb", log_y=True).layout.yaxis.type == "log"
+
+
+def test_the_cpu_panel_and_its_warning():
+    from labkit import cpu
+
+    rows = [{"t": t, "pgbench": 0.95, "backends": 0.9, "server_other": 0.02, "idle": 0.05} for t in range(1, 5)]
+    run = make_run()
+    run.probes["cpu"] = rows
+    run.extra["cpu"] = cpu.figures(rows, threads=1, cpus=2)
+    figure = charts.timeline(run)
+    assert {"cpu: pgbench", "cpu: backends", "cpu: server_other", "cpu: idle"} <= {trace.name for trace in figure.data}
+    (warning,) = [a for a in figure.layout.annotations if a.name == "cpu warning"]
+    assert warning.text.replace("<br>", " ").startswith("pgbench kept 95% of a core busy per thread (1 thread)")
+    run.extra["cpu"] = cpu.figures([{**row, "pgbench": 0.2, "backends": 0.3, "idle": 1.4} for row in rows], 1, 2)
+    assert run.extra["cpu"]["warning"] is None
+    assert not [a for a in charts.timeline(run).layout.annotations if a.name == "cpu warning"]
+
+
+def test_a_machine_with_no_idle_cpu_is_said():
+    from labkit import cpu
+
+    split = cpu.figures([{"t": 1, "pgbench": 0.4, "backends": 0.55, "server_other": 0.05, "idle": 0.0}], 2, 1.0)
+    assert split["warning"].startswith("The machine had no idle CPU left (pgbench 0.4 cores, the server 0.6, of 1)")
