@@ -9,11 +9,16 @@ The server's processes are counted only when labkit started the server on this m
 
 from __future__ import annotations
 
+import subprocess
+import threading
+import time
+
 import psutil
 import psycopg
 
 from . import db
 from .probes import CPU, _Schedule
+from .profiles import machine_size
 from .queries import query
 
 # pgbench is "busy" from this share of a core per thread; the machine is "full" when the
@@ -23,89 +28,135 @@ FULL_MACHINE = 0.9
 IDLE_CORES = 0.1
 
 
-def _used(process: psutil.Process) -> float:
-    times = process.cpu_times()
+def _used(process: psutil.Process) -> float | None:
+    """CPU seconds ``process`` has used; None when it is gone or may not be read."""
+    try:
+        times = process.cpu_times()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return None
     return times.user + times.system
 
 
-def _idle() -> float:
+def _reaped(process: psutil.Process) -> float:
+    """CPU of the children ``process`` has reaped (Linux: exited backends; 0 where psutil has no such figure)."""
+    try:
+        times = process.cpu_times()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return 0.0
+    return getattr(times, "children_user", 0.0) + getattr(times, "children_system", 0.0)
+
+
+def _container_used() -> float | None:
+    """CPU seconds this container has used (cgroup v2's cpu.stat); None outside a container's limit."""
+    try:
+        with open("/sys/fs/cgroup/cpu.stat", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("usage_usec "):
+                    return int(line.split()[1]) / 1e6
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _host_idle() -> float:
     times = psutil.cpu_times()
     return times.idle + getattr(times, "iowait", 0.0)  # iowait: idle while waiting for I/O (Linux)
 
 
 class CpuSchedule(_Schedule):
-    """The ``cpu`` probe: one row a second of cores used by pgbench, the run's backends and the rest of the server."""
+    """The ``cpu`` probe: one row a second of cores used by pgbench, the run's backends and the rest of the server.
 
-    def __init__(self, pgbench_pid: int, postmaster_pid: int | None, conninfo: str, application_name: str):
-        super().__init__(CPU, 1.0, 0.0, None)  # type: ignore[arg-type]  # the Sampler sets t0 and stopping
-        self.pgbench_pid = pgbench_pid
+    Processes are told apart by pid and start time (psutil's Process equality), so a pid the OS
+    gives again to a new process is a new process. On Linux the CPU of backends that exited
+    between two samples is counted too (the postmaster's reaped children). Where this process
+    runs under a CPU limit smaller than the host (a container, Binder), "idle" is what is left
+    of that limit, not the host's idle cores.
+    """
+
+    def __init__(self, pgbench: subprocess.Popen, postmaster_pid: int | None, conninfo: str, application_name: str,
+                 cpus: float | None = None):
+        super().__init__(CPU, 1.0, 0.0, threading.Event())  # the Sampler sets t0 and stopping
+        self.pgbench = pgbench
         self.postmaster_pid = postmaster_pid
         self.conninfo = conninfo
         self.application_name = application_name
+        self.cpus = cpus if cpus is not None else machine_size()[0]
         self.connection: psycopg.Connection | None = None
-        self._processes: dict[int, psutil.Process] = {}
-        self._before: dict[int, float] = {}
-        self._last: tuple[float, float] | None = None  # (monotonic, idle) of the last sample
+        self._before: dict[psutil.Process, float] = {}
+        self._last: tuple[float, float, float] | None = None  # monotonic, idle-or-used clock, reaped children
         self._pgbench: psutil.Process | None = None
+        self._postmaster: psutil.Process | None = None
+        self._limited = self.cpus < (psutil.cpu_count() or 1) and _container_used() is not None
 
     def open(self) -> None:
-        import time
-
-        self._pgbench = psutil.Process(self.pgbench_pid)
-        self._before[self.pgbench_pid] = _used(self._pgbench)
+        self._pgbench = psutil.Process(self.pgbench.pid)
+        self._delta(self._pgbench)
         if self.postmaster_pid is not None:
             self.connection = db.connect(self.conninfo, db.PROBE)
+            self._postmaster = psutil.Process(self.postmaster_pid)
             for process in self._server_processes():  # from now on: what they used before is not the run's
-                self._delta(process.pid, process)
-        self._last = (time.monotonic(), _idle())
+                self._delta(process)
+        self._last = (time.monotonic(), self._machine_clock(), self._reaped_now())
 
-    def _delta(self, pid: int, process: psutil.Process) -> float:
-        """CPU seconds ``pid`` used since the last sample (all of it, the first time it is seen)."""
-        try:
-            now = _used(process)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            return 0.0
-        delta = now - self._before.get(pid, 0.0)
-        self._before[pid] = now
+    def _machine_clock(self) -> float:
+        """Seconds of idle CPU on the host, or of CPU used by this container when it has a limit."""
+        if self._limited:
+            return _container_used() or 0.0
+        return _host_idle()
+
+    def _reaped_now(self) -> float:
+        return _reaped(self._postmaster) if self._postmaster is not None else 0.0
+
+    def _delta(self, process: psutil.Process) -> float | None:
+        """CPU seconds ``process`` used since the last sample (all of it, the first time it is seen)."""
+        now = _used(process)
+        if now is None:
+            self._before.pop(process, None)
+            return None
+        delta = now - self._before.get(process, 0.0)
+        self._before[process] = now
         return max(0.0, delta)
 
     def sample(self, t: float) -> list[dict]:
-        import time
-
         assert self._pgbench is not None and self._last is not None
-        now, idle = time.monotonic(), _idle()
+        if self.pgbench.poll() is not None:  # pgbench has ended: the seconds after are not the run's
+            return []
+        now, clock, reaped = time.monotonic(), self._machine_clock(), self._reaped_now()
         wall = now - self._last[0]
         if wall < 0.2 * self.every_s:  # the first tick, right after open(): nothing measured yet
             return []
-        row: dict = {"t": t, "pgbench": round(self._delta(self.pgbench_pid, self._pgbench) / wall, 3),
-                     "backends": None, "server_other": None,
-                     "idle": round(max(0.0, idle - self._last[1]) / wall, 3)}
-        self._last = (now, idle)
-        if self.connection is not None and self.postmaster_pid is not None:
+        used = self._delta(self._pgbench)
+        if self._limited:  # what the container's limit had left
+            idle = max(0.0, self.cpus - (clock - self._last[1]) / wall)
+        else:
+            idle = max(0.0, clock - self._last[1]) / wall
+        row: dict = {"t": t, "pgbench": None if used is None else round(used / wall, 3),
+                     "backends": None, "server_other": None, "idle": round(idle, 3)}
+        exited = max(0.0, reaped - self._last[2])
+        self._last = (now, clock, reaped)
+        if self.connection is not None:
             run_pids = {pid for (pid,) in self.connection.execute(query("run_backends_pids"),
                                                                   {"application_name": self.application_name})}
-            backends = other = 0.0
+            backends, other = exited, 0.0  # backends that exited since the last sample were (nearly all) the run's
             for process in self._server_processes():
-                used = self._delta(process.pid, process)
+                spent = self._delta(process) or 0.0
                 if process.pid in run_pids:
-                    backends += used
+                    backends += spent
                 else:
-                    other += used
+                    other += spent
             row.update(backends=round(backends / wall, 3), server_other=round(other / wall, 3))
         return [row]
 
     def _server_processes(self) -> list[psutil.Process]:
-        """The postmaster and its children, with their Process objects kept (psutil's times are per object)."""
-        assert self.postmaster_pid is not None
+        """The postmaster and its children now; processes that are gone are forgotten."""
+        assert self._postmaster is not None
         try:
-            postmaster = self._processes.get(self.postmaster_pid) or psutil.Process(self.postmaster_pid)
-            children = postmaster.children()
+            found = [self._postmaster, *self._postmaster.children()]
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             return []
-        self._processes[self.postmaster_pid] = postmaster
-        found = [postmaster]
-        for child in children:
-            found.append(self._processes.setdefault(child.pid, child))
+        alive = set(found)
+        for process in [p for p in self._before if p not in alive and p != self._pgbench]:
+            del self._before[process]
         return found
 
     def close(self) -> None:
@@ -121,7 +172,7 @@ def figures(rows: list[dict], threads: int, cpus: float) -> dict:
     >>> figures([{"t": 1, "pgbench": 0.2, "backends": 0.5, "server_other": 0.0, "idle": 3.0}], 2, 4)["warning"] is None
     True
     """
-    seconds = [row for row in rows if row.get("pgbench") is not None]
+    seconds = [row for row in rows if row.get("pgbench") is not None]  # pgbench measured (alive, readable)
     if not seconds:
         return {}
 

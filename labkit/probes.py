@@ -106,6 +106,7 @@ class _Schedule(threading.Thread):
         except Exception as error:  # noqa: BLE001 - a probe that cannot start is reported, never raised
             self.error = db.message(error)
             log.warning("probe %s could not start: %s", self.probe_name, self.error)
+            self.close()
             return
         try:
             due = time.monotonic()
@@ -156,6 +157,11 @@ class _SqlSchedule(_Schedule):
         self.connection = db.connect(self.conninfo, db.PROBE)
         self.connection.execute("set lock_timeout = '200ms'; set statement_timeout = '2s'")
 
+    def interrupt(self) -> None:
+        """Cancel the statement this probe is running (from another thread)."""
+        if self.connection is not None:
+            self.connection.cancel_safe()
+
     def sample(self, t: float) -> list[dict]:
         assert self.connection is not None
         cursor = self.connection.execute(self.item.sql)
@@ -177,13 +183,17 @@ class _SqlSchedule(_Schedule):
 class Sampler:
     """Runs each probe on its own schedule until stopped; a probe that fails is disabled and reported."""
 
-    def __init__(self, conninfo: str, probes: list[Probe], extra: list[_Schedule] | None = None):
+    def __init__(self, conninfo: str, probes: list[Probe]):
         self.conninfo = conninfo
         self.probes = list(probes)
         self._stop = threading.Event()
-        self._extra = list(extra or [])
+        self._extra: list[_Schedule] = []
         self._threads: list[_Schedule] = []
         self._drained: dict[str, int] = {}
+
+    def add(self, schedule: _Schedule) -> None:
+        """A probe that is not SQL (the cpu probe), started with the others."""
+        self._extra.append(schedule)
 
     def start(self, t0: float) -> Sampler:
         self._threads = [_SqlSchedule(p, self.conninfo, t0, self._stop) for p in self.probes]
@@ -217,11 +227,24 @@ class Sampler:
                 self._drained[thread.probe_name] = count
         return fresh
 
-    def stop(self) -> dict[str, list[dict]]:
+    def signal_stop(self) -> None:
+        """Tell every probe to stop after its current sample (returns at once)."""
         self._stop.set()
+
+    def stop(self) -> dict[str, list[dict]]:
+        """Stop every probe and return what each sampled (a probe still busy after 5 s is cancelled, and said)."""
+        self._stop.set()
+        deadline = time.monotonic() + 5
         for thread in self._threads:
-            thread.join(timeout=5)
-        return self.samples
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        for thread in self._threads:
+            if thread.is_alive():
+                if isinstance(thread, _SqlSchedule):
+                    thread.interrupt()
+                thread.join(timeout=2)
+                log.warning("probe %s was still sampling when the run ended%s", thread.probe_name,
+                            "" if not thread.is_alive() else "; left to end on its own")
+        return {name: list(rows) for name, rows in self.samples.items()}
 
 
 def plain_value(value):

@@ -52,6 +52,21 @@ class Observer(Protocol):
         """Probe samples taken since the last call."""
 
 
+def _warn(text: str) -> None:
+    """A UserWarning shown at the student's own line (the first frame outside labkit), once per cell run."""
+    import sys
+    from types import FrameType
+
+    level = 1
+    frame: FrameType | None = sys._getframe(0)
+    while frame is not None and frame.f_code.co_filename.startswith(_LABKIT_DIR):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(text, UserWarning, stacklevel=level)
+
+
+_LABKIT_DIR = str(Path(__file__).resolve().parent)
+
+
 def free_connections(conninfo: str) -> int:
     """Connections an ordinary client can still open on the server."""
     with db.connect(conninfo) as connection:
@@ -90,11 +105,11 @@ def wait_backends_gone(conninfo: str, application_name: str, timeout_s: float = 
                     return True
                 time.sleep(0.05)
     except psycopg.Error as error:
-        warnings.warn(f"Could not check that the run's backends have exited ({db.message(error)}): statistics "
-                      "read right now may miss the end of the run.", stacklevel=3)
+        _warn(f"Could not check that the run's backends have exited ({db.message(error)}): statistics "
+              "read right now may miss the end of the run.")
         return False
-    warnings.warn(f"{left} backend(s) of the run were still there after {timeout_s:.0f} s: statistics read "
-                  "right now (pg_stat_*, lab.check) may miss what they have not flushed yet.", stacklevel=3)
+    _warn(f"{left} backend(s) of the run were still there after {timeout_s:.0f} s: statistics read "
+          "right now (pg_stat_*, lab.check) may miss what they have not flushed yet.")
     return False
 
 
@@ -136,7 +151,9 @@ class PgbenchRunner:
         try:
             chosen = [p for p in probes if p.name != WORK] + ([work_probe(work)] if work else [])
             chosen += [HELD_BY_PROBE] if HELD_BY in own_probes else []
-            pgbench.check_capacity(spec, free_connections(self.target.conninfo) - self._probe_connections(chosen))
+            _check_probe_names(chosen)
+            pgbench.check_capacity(spec, free_connections(self.target.conninfo)
+                                   - self._probe_connections(chosen, CPU in own_probes))
             limits.check_pgbench_clients(spec.clients, spec.threads)
             if work:
                 work_before = measure_work(self.target.conninfo, work)
@@ -162,13 +179,35 @@ class PgbenchRunner:
             raise RunFailed(f"pgbench stopped: {reason}",
                             detail="Fix the script and run the cell again." if run.errors else outputs.stderr[-2000:])
         if run.aborted_clients:
-            warnings.warn(run_record.aborted_sentence(run), stacklevel=2)
+            _warn(run_record.aborted_sentence(run))
         run.save()
         return run
 
-    def _probe_connections(self, probes: list[Probe]) -> int:
+    def _probe_connections(self, probes: list[Probe], cpu_probe: bool) -> int:
         """Connections the probes of a run open: one per SQL probe, and the cpu probe's."""
-        return len(probes) + (1 if self.target.postmaster_pid is not None else 0)
+        return len(probes) + (1 if cpu_probe and self.target.postmaster_pid is not None else 0)
+
+    @staticmethod
+    def _clean_up(process: subprocess.Popen, reader: _OutputReader | None, sampler: Sampler,
+                  registry: ProcessRegistry | None, *, wait: bool = False) -> dict[str, list[dict]]:
+        """End a run: the probes told to stop, pgbench waited for (or killed after 5 s), pipes closed; the samples.
+
+        ``wait``: pgbench is ending on its own (its -T or -t): wait for it as long as it takes.
+        """
+        sampler.signal_stop()
+        try:
+            process.wait(timeout=None if wait and reader is not None else 5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        if reader is not None:
+            reader.close()
+        else:
+            _close(process.stdout, process.stderr)
+        samples = sampler.stop()
+        if registry is not None:
+            registry.remove(process.pid)
+        return samples
 
     def _perf_recording(self):
         """A started perf recording of the server and None, or None and the one-line reason there is none."""
@@ -202,9 +241,7 @@ class PgbenchRunner:
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment, cwd=workdir,
                                    **processes.child_options())
         registry = self.target.registry
-        sampler = Sampler(self.target.conninfo, [p.for_run(application_name) for p in probes], extra=[
-            cpu.CpuSchedule(process.pid, self.target.postmaster_pid, self.target.conninfo, application_name)
-        ] if cpu_probe else [])
+        sampler = Sampler(self.target.conninfo, [p.for_run(application_name) for p in probes])
         reader = None
         interrupted = False
         try:  # from here on, whatever happens, pgbench does not outlive this call
@@ -212,28 +249,23 @@ class PgbenchRunner:
             if registry is not None:
                 registry.add(process.pid, owner=os.getpid(), notebook=self.target.notebook,
                              application_name=application_name)
+            if cpu_probe:
+                sampler.add(cpu.CpuSchedule(process, self.target.postmaster_pid, self.target.conninfo,
+                                            application_name))
             sampler.start(started)
             reader = _OutputReader(process)
             reader.follow(observer, sampler)
-        except KeyboardInterrupt:
+        except BaseException as error:  # an interrupt, or an error in an observer: pgbench stops either way
             interrupted = True
-            log.info("run %s interrupted: stopping pgbench and its backends", spec.name)
+            sampler.signal_stop()
+            log.info("run %s stopped (%s): stopping pgbench and its backends", spec.name, type(error).__name__)
             processes.interrupt(process)
             db.terminate_runs(self.target.conninfo, [application_name])
+            if not isinstance(error, KeyboardInterrupt):
+                raise  # after the clean-up below
         finally:
-            try:
-                process.wait(timeout=5 if interrupted or reader is None else None)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
             wall_s = time.monotonic() - started
-            if reader is not None:
-                reader.close()
-            else:
-                _close(process.stdout, process.stderr)
-            samples = sampler.stop()
-            if registry is not None:
-                registry.remove(process.pid)
+            samples = self._clean_up(process, reader, sampler, registry, wait=not interrupted)
         # Backends flush their statistics as they exit: wait, so the next query sees this run's counts.
         wait_backends_gone(self.target.conninfo, application_name)
         # else interrupted before pgbench's output was read: nothing was measured
@@ -245,6 +277,16 @@ class PgbenchRunner:
                                      exit_code=process.returncode, probe_costs=sampler.costs(),
                                      cpus=machine_size()[0])
         return run_record.record(spec, context, outputs), outputs
+
+
+def _check_probe_names(probes: list[Probe]) -> None:
+    """Each probe's samples are kept under its name: two probes may not share one, nor take labkit's own."""
+    names = [p.name for p in probes]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise UsageError(f"Two probes are named {', '.join(twice)}: give each probe its own name.")
+    if CPU in names:
+        raise UsageError(f"{CPU!r} is the name of labkit's own CPU probe: name your probe otherwise.")
 
 
 class _OutputReader:

@@ -4,12 +4,13 @@
 --   <type>: <event>      active and waiting: Lock, LWLock, IO, IPC, ...
 --   Client: ClientRead   idle: waiting for pgbench's next statement
 --   idle in transaction  between two statements of a transaction (it keeps its locks)
--- pg_stat_activity is a copy of each backend's status entry, read without locks.
+-- pg_stat_activity is a copy of each backend's status entry, read without locks. Parallel
+-- workers carry their leader's application_name: only client backends are the run's clients.
 select case when state like 'idle in transaction%' then 'idle in transaction'
             when wait_event_type is null then 'CPU'
             else wait_event_type || ': ' || wait_event end as wait,
        count(*)::int as backends
 from pg_stat_activity
-where application_name = '{application_name}'
+where application_name = '{application_name}' and backend_type = 'client backend'
 group by 1
 order by 2 desc

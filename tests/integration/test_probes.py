@@ -1,6 +1,7 @@
 """The probes against the real server: their own schedules, the wait classes, held_by's cost, the CPU split."""
 
 import statistics
+import time
 
 import pytest
 
@@ -102,3 +103,43 @@ def test_a_run_and_a_failing_probe_are_logged(lab, caplog):
     assert ("labkit.probes", 'probe broken stopped: relation "no_such_table" does not exist') in said
     assert any(name == "labkit.runner" and message.startswith("run logged (labkit-run-") for name, message in said)
     assert run.extra["probe_errors"] == {"broken": 'relation "no_such_table" does not exist'}
+
+
+def test_held_by_names_a_waiter_the_run_queues_behind(lab, hot_row):
+    """Clients asking for RowExclusiveLock queue behind an ALTER TABLE that waits itself (for a reader)."""
+    import threading
+
+    reader, alter = lab.session("reader"), lab.session("alter")
+    reader.run("begin; select count(*) from hot")  # AccessShareLock, kept
+    assert "waiting for a lock held by reader" in alter.run("alter table hot add column note text").message()
+    release = threading.Timer(2.5, lambda: lab.value("select pg_terminate_backend(%s)", (reader.pid,)))
+    release.start()
+    try:
+        run = lab.pgbench("update hot set n = n + 1 where id = 1;", name="queued", clients=2, duration=4,
+                          hold_sessions=True, probes=[])
+    finally:
+        release.cancel()
+        lab.sessions.sessions.pop("reader").close()
+        alter.pending.result(timeout=10)
+        alter.pending = None
+        lab.sql("alter table hot drop column if exists note")
+    assert {row["holders"] for row in run.probes["held_by"]} == {"alter (active)"}, run.probes["held_by"]
+
+
+def test_an_error_in_an_observer_stops_pgbench_and_its_backends(lab):
+    from labkit import pgbench, runner
+
+    class Broken:
+        def progress(self, point, line):
+            raise RuntimeError("the chart broke")
+
+        def samples(self, fresh):
+            pass
+
+    spec = pgbench.parse_options(["-c", "2", "-T", "30", "--name", "broken-observer"], script="select pg_sleep(0.01);")
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="the chart broke"):
+        lab.run_spec(spec, observer=Broken())
+    assert time.monotonic() - started < 15  # not the 30 s pgbench was given
+    assert not runner._ONE_RUN.locked()
+    assert lab.value("select count(*) from pg_stat_activity where application_name like 'labkit-run-%'") == 0

@@ -64,3 +64,27 @@ def test_a_busy_session_refuses_a_second_statement(lab, hot_row):
         waiter.run("select 1")
     waiter.cancel()
     holder.run("rollback")
+
+
+def test_a_blocked_update_holds_the_tuple_lock_and_waits_for_the_holders_transaction(lab, hot_row):
+    """What lab 00 shows from pg_locks: T2 first in line for the row, waiting for T1's transaction id."""
+    holder, waiter = lab.session("L1"), lab.session("L2")
+    holder.run("begin; update hot set n = n + 1 where id = 1")
+    try:
+        assert "waiting for a lock held by L1" in waiter.run("update hot set n = n + 1 where id = 1").message()
+        rows = lab.sql("""
+            select a.application_name as session, l.locktype, l.mode, l.granted,
+                   l.transactionid = a.backend_xid as own_xid
+            from pg_locks l join pg_stat_activity a using (pid)
+            where a.application_name in ('labkit-L1', 'labkit-L2') and l.locktype in ('tuple', 'transactionid')
+            order by session, l.locktype, l.granted desc""")
+        assert [tuple(row) for row in rows.itertuples(index=False)] == [
+            ("labkit-L1", "transactionid", "ExclusiveLock", True, True),
+            ("labkit-L2", "transactionid", "ExclusiveLock", True, True),
+            ("labkit-L2", "transactionid", "ShareLock", False, False),
+            ("labkit-L2", "tuple", "ExclusiveLock", True, None),
+        ]
+    finally:
+        holder.run("rollback")
+        waiter.pending.result(timeout=5)
+        waiter.pending = None
