@@ -87,3 +87,13 @@ def test_at_the_sell_out_only_the_session_already_queued_waits(fresh_lab):
     locks = next(o.frame for o in outcomes if isinstance(o, Result) and "pg_locks" in o.sql)
     assert set(locks["locktype"]) == {"relation", "virtualxid"}  # no tuple, no transactionid
     assert locks["xid"].isna().all()  # it wrote nothing, so it has no transaction id
+
+
+def test_the_deadlock_timeout_run_differs_from_plain_in_that_setting_only(lab_runs):
+    runs = lab_runs("02-flash-sale", ["plain", "plain-deadlock-10s"])
+    plain, longer = runs["plain"], runs["plain-deadlock-10s"]
+    assert plain.server["settings"]["deadlock_timeout"] == "1000"
+    assert longer.server["settings"]["deadlock_timeout"] == "10000"
+    assert (longer.clients, longer.duration_s, longer.mode) == (plain.clients, plain.duration_s, plain.mode)
+    assert [s["text"].strip() for s in longer.scripts] == [s["text"].strip() for s in plain.scripts]
+    assert longer.failures == 0 and "work" in longer.extra
