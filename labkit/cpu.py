@@ -18,7 +18,7 @@ import psycopg
 
 from . import db
 from .probes import CPU, _Schedule
-from .profiles import machine_size
+from .profiles import _read_first, machine_size
 from .queries import query
 
 # pgbench is "busy" from this share of a core per thread; the machine is "full" when the
@@ -28,34 +28,31 @@ FULL_MACHINE = 0.9
 IDLE_CORES = 0.1
 
 
-def _used(process: psutil.Process) -> float | None:
-    """CPU seconds ``process`` has used; None when it is gone or may not be read."""
+def _times(process: psutil.Process):
+    """``process.cpu_times()``; None when it is gone or may not be read."""
     try:
-        times = process.cpu_times()
+        return process.cpu_times()
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
         return None
-    return times.user + times.system
+
+
+def _used(process: psutil.Process) -> float | None:
+    """CPU seconds ``process`` has used; None when it is gone or may not be read."""
+    times = _times(process)
+    return None if times is None else times.user + times.system
 
 
 def _reaped(process: psutil.Process) -> float:
     """CPU of the children ``process`` has reaped (Linux: exited backends; 0 where psutil has no such figure)."""
-    try:
-        times = process.cpu_times()
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return 0.0
+    times = _times(process)
     return getattr(times, "children_user", 0.0) + getattr(times, "children_system", 0.0)
 
 
 def _container_used() -> float | None:
     """CPU seconds this container has used (cgroup v2's cpu.stat); None outside a container's limit."""
-    try:
-        with open("/sys/fs/cgroup/cpu.stat", encoding="utf-8") as handle:
-            for line in handle:
-                if line.startswith("usage_usec "):
-                    return int(line.split()[1]) / 1e6
-    except (OSError, ValueError):
-        return None
-    return None
+    stat = _read_first(["/sys/fs/cgroup/cpu.stat"]) or ""
+    usage = [line.split()[1] for line in stat.splitlines() if line.startswith("usage_usec ")]
+    return int(usage[0]) / 1e6 if usage and usage[0].isdigit() else None
 
 
 def _host_idle() -> float:

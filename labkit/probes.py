@@ -256,8 +256,6 @@ def plain_value(value):
     """
     if value is None or type(value) in (bool, int, float, str):
         return value
-    if isinstance(value, bool):
-        return bool(value)
     try:
         number = float(value)
     except (TypeError, ValueError):

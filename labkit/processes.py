@@ -119,7 +119,7 @@ if sys.platform == "linux":
 
     def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
         """Linux: the child gets SIGKILL when its parent dies. Nothing else runs there (the parent has threads)."""
-        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)  # posix-only: defined on Linux alone (sys.platform check above)
 
 
 def bind_to_this_process(process: subprocess.Popen) -> None:
