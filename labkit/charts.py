@@ -564,22 +564,41 @@ class LiveChart:
                     _add(self.figure, _probe_trace(trace_name, x, y, color), self.rows.index(name) + 1)
 
 
-def probe_over_time(runs: list[Run], probe: str, column: str, *, title: str | None = None, log_y: bool = False):
+def probe_over_time(runs: list[Run], probe: str, column: str, *, per: str | None = None, title: str | None = None,
+                    log_y: bool = False):
     """One probe column of several runs on one time axis, each run in its colour (e.g. an index's size).
 
-    ``log_y`` draws the values on a log axis, for runs whose values differ by orders of magnitude.
+    ``per`` divides the column by another of the same sample (HOT updates per update); samples
+    where that one is zero or missing are left out. ``log_y`` draws the values on a log axis, for
+    runs whose values differ by orders of magnitude.
     """
     go, _ = _go()
     figure = style.apply(go.Figure())
     for run in runs:
-        samples = [row for row in run.probes.get(probe, []) if isinstance(row.get(column), (int, float))]
-        figure.add_trace(_probe_trace(run.label, [row["t"] for row in samples], [row[column] for row in samples],
-                                      run_color(run)))
-    figure.update_layout(title=title or f"{probe}: {column}", height=360,
-                         xaxis_title="seconds since the run started", yaxis_title=column)
+        points = [(row["t"], _ratio(row, column, per)) for row in run.probes.get(probe, [])]
+        points = [(t, y) for t, y in points if y is not None]
+        figure.add_trace(_probe_trace(run.label, [t for t, _ in points], [y for _, y in points], run_color(run)))
+    label = column if per is None else f"{column} / {per}"
+    figure.update_layout(title=title or f"{probe}: {label}", height=360,
+                         xaxis_title="seconds since the run started", yaxis_title=label)
     if log_y:
         figure.update_yaxes(type="log", dtick="D2")
     return figure
+
+
+def _ratio(row: dict, column: str, per: str | None) -> float | None:
+    """``row[column]``, or ``row[column] / row[per]``; None where either is missing or the divisor is 0.
+
+    >>> _ratio({"hot": 3, "all": 4}, "hot", "all"), _ratio({"hot": 3, "all": 0}, "hot", "all"), _ratio({"hot": 3}, "hot", None)
+    (0.75, None, 3)
+    """
+    value = row.get(column)
+    if not isinstance(value, (int, float)):
+        return None
+    if per is None:
+        return value
+    divisor = row.get(per)
+    return value / divisor if isinstance(divisor, (int, float)) and divisor else None
 
 
 def compare(runs: list[Run], *, metric: str = "tps", title: str | None = None):

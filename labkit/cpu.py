@@ -65,7 +65,8 @@ class CpuSchedule(_Schedule):
 
     Processes are told apart by pid and start time (psutil's Process equality), so a pid the OS
     gives again to a new process is a new process. On Linux the CPU of backends that exited
-    between two samples is counted too (the postmaster's reaped children). Where this process
+    between two samples is counted too: the postmaster's reaped children, less what was already
+    counted of them while they ran (reaped time is each child's whole life). Where this process
     runs under a CPU limit smaller than the host (a container, Binder), "idle" is what is left
     of that limit, not the host's idle cores.
     """
@@ -80,6 +81,7 @@ class CpuSchedule(_Schedule):
         self.cpus = cpus if cpus is not None else machine_size()[0]
         self.connection: psycopg.Connection | None = None
         self._before: dict[psutil.Process, float] = {}
+        self._owed = 0.0  # CPU already counted of processes that are gone: reaped time will include it again
         self._last: tuple[float, float, float] | None = None  # monotonic, idle-or-used clock, reaped children
         self._pgbench: psutil.Process | None = None
         self._postmaster: psutil.Process | None = None
@@ -108,7 +110,7 @@ class CpuSchedule(_Schedule):
         """CPU seconds ``process`` used since the last sample (all of it, the first time it is seen)."""
         now = _used(process)
         if now is None:
-            self._before.pop(process, None)
+            self._forget(process)
             return None
         delta = now - self._before.get(process, 0.0)
         self._before[process] = now
@@ -129,7 +131,7 @@ class CpuSchedule(_Schedule):
             idle = max(0.0, clock - self._last[1]) / wall
         row: dict = {"t": t, "pgbench": None if used is None else round(used / wall, 3),
                      "backends": None, "server_other": None, "idle": round(idle, 3)}
-        exited = max(0.0, reaped - self._last[2])
+        exited = self._reaped_since(reaped - self._last[2])
         self._last = (now, clock, reaped)
         if self.connection is not None:
             run_pids = {pid for (pid,) in self.connection.execute(query("run_backends_pids"),
@@ -153,8 +155,27 @@ class CpuSchedule(_Schedule):
             return []
         alive = set(found)
         for process in [p for p in self._before if p not in alive and p != self._pgbench]:
-            del self._before[process]
+            self._forget(process)
         return found
+
+    def _forget(self, process: psutil.Process) -> None:
+        """A process that is gone: what was counted of it will come back in the postmaster's reaped time."""
+        counted = self._before.pop(process, None)
+        if counted is not None and process != self._pgbench:
+            self._owed += counted
+
+    def _reaped_since(self, increase: float) -> float:
+        """CPU of children reaped since the last sample that was not counted while they ran.
+
+        >>> schedule = CpuSchedule.__new__(CpuSchedule)
+        >>> schedule._owed = 3.0  # a backend counted for 3 s, now gone
+        >>> schedule._reaped_since(0.0), schedule._reaped_since(3.25), schedule._owed
+        (0.0, 0.25, 0.0)
+        """
+        increase = max(0.0, increase)
+        credit = min(increase, self._owed)
+        self._owed -= credit
+        return increase - credit
 
     def close(self) -> None:
         if self.connection is not None:

@@ -6,6 +6,10 @@ schedule, so a slow probe (a ``pgstattuple`` scan) never delays another (the wai
 
     lab.pgbench(script, probes=[labkit.probe("pending", "select pending_pages from pgstatginindex('i')")])
 
+A probe that reads cumulative counters (``pg_stat_user_tables.n_tup_upd``) names them in
+``counters``: each is stored as its rate since the previous sample, ``<name>_per_s``, so the
+chart shows what happened in each interval rather than a total that hides it.
+
 What each built-in probe costs the server it measures:
 
 - ``waits`` (every 250 ms) reads ``pg_stat_activity``: a copy of each backend's status entry,
@@ -51,6 +55,7 @@ class Probe:
     every_s: float = 1.0
     per_run: bool = False
     lock_table: str | None = None  # when it reads the lock table, if not on every sample
+    counters: tuple[str, ...] = ()  # cumulative columns, stored as ``<name>_per_s`` since the previous sample
 
     @property
     def reads_lock_table(self) -> bool | str:
@@ -72,9 +77,34 @@ class Probe:
         return replace(self, sql=self.sql.replace("{application_name}", application_name), per_run=False)
 
 
-def probe(name: str, sql: str, every: float = 1.0) -> Probe:
-    """A probe named ``name`` that runs ``sql`` every ``every`` seconds."""
-    return Probe(name, sql, float(every))
+def probe(name: str, sql: str, every: float = 1.0, *, counters: tuple[str, ...] | list[str] = ()) -> Probe:
+    """A probe named ``name`` that runs ``sql`` every ``every`` seconds.
+
+    ``counters`` are columns that only grow (statistics counters): each is stored as its rate
+    per second since the previous sample, named ``<column>_per_s``; such a probe returns one row.
+    """
+    return Probe(name, sql, float(every), counters=tuple(counters))
+
+
+def per_second(previous: dict | None, row: dict, counters: tuple[str, ...]) -> dict:
+    """``row`` with each counter replaced by its rate since ``previous`` (None for the first sample or a reset).
+
+    >>> first = {"t": 1.0, "updates": 100, "hot_updates": 90}
+    >>> per_second(None, first, ("updates", "hot_updates"))
+    {'t': 1.0, 'updates_per_s': None, 'hot_updates_per_s': None}
+    >>> per_second(first, {"t": 3.0, "updates": 300, "hot_updates": 150}, ("updates", "hot_updates"))
+    {'t': 3.0, 'updates_per_s': 100.0, 'hot_updates_per_s': 30.0}
+    """
+    out = {key: value for key, value in row.items() if key not in counters}
+    for name in counters:
+        if name not in row:
+            raise ValueError(f"probe has no column {name!r} among {sorted(row)}: fix its counters=")
+        rate = None
+        if previous is not None and row[name] is not None and previous.get(name) is not None:
+            increase, elapsed = row[name] - previous[name], row["t"] - previous["t"]
+            rate = increase / elapsed if increase >= 0 and elapsed > 0 else None
+        out[f"{name}_per_s"] = rate
+    return out
 
 
 WAIT_EVENTS = Probe("waits", query("wait_events"), 0.25, per_run=True)
@@ -152,6 +182,7 @@ class _SqlSchedule(_Schedule):
         self.item = item
         self.conninfo = conninfo
         self.connection: psycopg.Connection | None = None
+        self.previous: dict | None = None  # the last raw row of a probe with counters
 
     def open(self) -> None:
         self.connection = db.connect(self.conninfo, db.PROBE)
@@ -170,6 +201,10 @@ class _SqlSchedule(_Schedule):
         batch = [{"t": t, **{c: plain_value(v) for c, v in zip(columns, row)}} for row in rows]
         if not batch and self.item.name == WAIT_EVENTS.name:
             batch = [{"t": t, "wait": "idle", "backends": 0}]  # an instant with no client: drawn as such
+        if self.item.counters:
+            if len(batch) != 1:
+                raise ValueError(f"a probe with counters returns one row, not {len(batch)}")
+            batch, self.previous = [per_second(self.previous, batch[0], self.item.counters)], batch[0]
         return batch
 
     def close(self) -> None:

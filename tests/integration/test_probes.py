@@ -143,3 +143,36 @@ def test_an_error_in_an_observer_stops_pgbench_and_its_backends(lab):
     assert time.monotonic() - started < 15  # not the 30 s pgbench was given
     assert not runner._ONE_RUN.locked()
     assert lab.value("select count(*) from pg_stat_activity where application_name like 'labkit-run-%'") == 0
+
+
+def test_a_counter_probe_records_each_intervals_rate(lab, hot_row):
+    rates = labkit.probe("rates", """select n_tup_upd as updates, n_tup_hot_upd as hot_updates
+                                     from pg_stat_user_tables where relname = 'hot'""", counters=["updates", "hot_updates"])
+    run = lab.pgbench("update hot set n = n + 1 where id = 1;", name="counter-rates", clients=2, duration=4,
+                      probes=[rates])
+    rows = run.probes["rates"]
+    assert set(rows[0]) == {"t", "updates_per_s", "hot_updates_per_s"} and rows[0]["updates_per_s"] is None
+    measured = [row for row in rows[1:] if row["updates_per_s"] is not None]
+    assert len(measured) >= 3, rows
+    # the rates integrate back to the counter's increase, which pgbench's own count bounds
+    counted = sum(row["updates_per_s"] * (b["t"] - a["t"]) for a, b, row in zip(rows, rows[1:], rows[1:]))
+    assert 0 < counted <= run.transactions, (counted, run.transactions)
+    assert all(0 <= row["hot_updates_per_s"] <= row["updates_per_s"] + 1e-9 for row in measured)
+
+
+def test_a_counter_probe_must_return_one_row(lab):
+    many = labkit.probe("many", "select g as n from generate_series(1, 2) g", counters=["n"])
+    run = lab.pgbench("select 1;", name="counter-rows", clients=1, duration=1, probes=[many])
+    assert run.extra["probe_errors"] == {"many": "a probe with counters returns one row, not 2"}
+
+
+def test_backends_that_exit_are_counted_once(lab):
+    # -C: a new connection, so a new backend, per transaction; each one runs long enough to be
+    # sampled alive, then exits and is reaped: its CPU must not come back a second time
+    run = lab.pgbench("select count(*) from generate_series(1, 3000000);", name="cpu-exits", clients=2, jobs=1,
+                      duration=5, options="-C", probes=[])
+    cores = run.extra["cpu"]["cpus"]
+    rows = [row for row in run.probes["cpu"] if row["backends"] is not None]
+    assert len(rows) >= 3 and sum(row["backends"] for row in rows) > 0, rows
+    for row in rows:
+        assert row["pgbench"] + row["backends"] + row["server_other"] <= 1.15 * cores + 0.1, rows

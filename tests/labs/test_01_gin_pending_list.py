@@ -4,7 +4,7 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-RUNS = ["pending-64kB", "pending-128MB", "fillfactor-50"]
+RUNS = ["pending-64kB", "pending-128MB", "fillfactor-50", "fastupdate-off"]
 FIGURES = {"stall_seconds", "max_latency_ms", "overrun_s", "hot_ratio", "pending_pages_max",
            "oldest_xact_s_max", "table_mb", "gin_mb"}
 
@@ -39,3 +39,22 @@ def test_the_large_list_stays_below_its_limit_and_hot(lab_runs):
     run = lab_runs("01-gin-pending-list", RUNS)["pending-128MB"]
     assert run.extra["pending_pages_max"] < 16384  # 128 MB in 8 kB pages: no foreground flush
     assert run.extra["hot_ratio"] > 0.9
+
+
+def test_the_hot_probe_gives_each_intervals_updates(lab_runs):
+    run = lab_runs("01-gin-pending-list", RUNS)["pending-128MB"]
+    rows = [row for row in run.probes["hot"] if row["updates_per_s"] is not None]
+    assert len(rows) >= 3 and all(0 <= row["hot_updates_per_s"] <= row["updates_per_s"] for row in rows), rows
+    counted = sum(row["updates_per_s"] * (b["t"] - a["t"])
+                  for a, b, row in zip(run.probes["hot"], run.probes["hot"][1:], run.probes["hot"][1:])
+                  if row["updates_per_s"] is not None)
+    assert counted <= run.extra["updates"]  # the intervals add up to no more than the table's own count
+
+
+def test_the_control_has_no_list_and_no_long_transaction(lab_runs):
+    runs = lab_runs("01-gin-pending-list", RUNS)
+    control, flushed = runs["fastupdate-off"], runs["pending-64kB"]
+    assert control.extra["pending_pages_max"] == 0
+    assert control.extra["oldest_xact_s_max"] < 1 < flushed.extra["oldest_xact_s_max"]
+    # the same packed table: what the control loses is the packed pages alone, and the flushed run loses more
+    assert flushed.extra["hot_ratio"] < control.extra["hot_ratio"]

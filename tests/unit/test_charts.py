@@ -272,6 +272,17 @@ def test_probe_over_time_draws_each_run_in_its_colour_and_skips_empty_samples():
     assert charts.probe_over_time([hash_run], "index", "index_mb", log_y=True).layout.yaxis.type == "log"
 
 
+def test_probe_over_time_draws_a_share_of_two_columns():
+    run = make_run(name="gin")
+    run.probes["hot"] = [{"t": 1.0, "hot_updates_per_s": None, "updates_per_s": None},
+                         {"t": 2.0, "hot_updates_per_s": 30.0, "updates_per_s": 40.0},
+                         {"t": 3.0, "hot_updates_per_s": 0.0, "updates_per_s": 0.0},  # nothing updated: no share
+                         {"t": 4.0, "hot_updates_per_s": 5.0, "updates_per_s": 50.0}]
+    figure = charts.probe_over_time([run], "hot", "hot_updates_per_s", per="updates_per_s")
+    assert list(figure.data[0].x) == [2.0, 4.0] and list(figure.data[0].y) == [0.75, 0.1]
+    assert figure.layout.yaxis.title.text == "hot_updates_per_s / updates_per_s"
+
+
 def test_the_cpu_panel_and_its_warning():
     from labkit import cpu
 
