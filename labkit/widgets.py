@@ -42,7 +42,8 @@ def _check_before(before, knobs: dict) -> None:
 
 
 def panel(lab, script: str | dict[str, str], *, name: str = "explore", clients: tuple[int, int] = (1, 64), duration: tuple[int, int] = (2, 60),
-          knobs: dict | None = None, before=None, probes=None, work: str | None = None, mode: str = "simple"):
+          knobs: dict | None = None, before=None, after=None, probes=None, work: str | None = None,
+          mode: str = "simple"):
     """A panel that runs ``script`` with the chosen clients, duration and knobs.
 
     script: one pgbench script, or ``{"method": script}`` for a dropdown of methods.
@@ -53,6 +54,7 @@ def panel(lab, script: str | dict[str, str], *, name: str = "explore", clients: 
     knobs: ``{"label": [choices]}`` gives a dropdown, ``{"label": (low, high)}`` an integer slider.
         Each knob's value reaches the script as a pgbench variable (``:label``) and ``before``.
     before: called as ``before(lab, **knob_values)`` ahead of each run (e.g. to rebuild an index).
+    after: called as ``after(lab, run)`` once each run is recorded (e.g. to note a check in it).
     work, mode: as for :meth:`labkit.lab.Lab.pgbench` (goodput is then shown beside tps).
     """
     import ipywidgets as w
@@ -104,6 +106,8 @@ def panel(lab, script: str | dict[str, str], *, name: str = "explore", clients: 
                 run = lab.pgbench(text, name=run_name, clients=count, duration=seconds.value, options=options,
                                   probes=probes, live=True, work=work, mode=mode)
                 run.note(**values)  # one column each in lab.runs()
+                if after is not None:
+                    after(lab, run)
             goodput = f", goodput {run.extra['goodput']:,.0f}/s" if "goodput" in run.extra else ""
             message.value = f"{run_name}: {run.tps:,.0f} tps{goodput} with {count} clients (saved)."
         except LabkitError as error:

@@ -110,7 +110,8 @@ def test_panel_with_methods_names_the_run(lab, hot_row):
 
 def test_panel_refuses_out_of_range_and_runs(lab, hot_row):
     box = panel(lab, "update hot set n = n + :step where id = 1;", name="panel", clients=(1, 4),
-                duration=(1, 2), knobs={"step": [1, 2]})
+                duration=(1, 2), knobs={"step": [1, 2]},
+                after=lambda lab, run: lab.check("select n as n_after from hot where id = 1", run))
     box.clients.value = 50
     box.run()
     assert "between 1 and 4" in box.message.value
@@ -120,6 +121,7 @@ def test_panel_refuses_out_of_range_and_runs(lab, hot_row):
     assert box.message.value.startswith("panel-c2-step-2:") and "tps with 2 clients" in box.message.value
     run = lab.records(["panel-c2-step-2"])[0]  # the record is named by the choices and keeps them
     assert run.clients == 2 and run.extra["step"] == 2
+    assert run.extra["n_after"] == lab.sql("select n from hot where id = 1").iloc[0, 0] > 0  # after= noted its check
     assert lab.runs().set_index("run").loc["panel-c2-step-2", "step"] == 2
 
 

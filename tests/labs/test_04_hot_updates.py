@@ -2,6 +2,8 @@
 
 import pytest
 
+from .steps import replay, tagged_steps
+
 pytestmark = pytest.mark.integration
 
 RUNS = ["expression-index", "no-expression-index", "generated-column"]
@@ -34,3 +36,31 @@ def test_the_table_grows_far_more_with_the_expression_index(lab_runs):
         assert with_index.extra["index_bytes"] > 5 * runs[name].extra["index_bytes"], name
     # non-HOT versions that did not fit went to other pages; HOT ones stay on theirs
     assert with_index.extra["newpage_updates"] > runs["generated-column"].extra["newpage_updates"]
+
+
+ARTICLE_SCRIPT = """\\set id random(1, 100000)
+\\set id2 random(1, 100000)
+update t5 set c1 = '{"valeur": ":id", "prenom": "guillaume"}' where c2 = 2;
+update t5 set c1 = '{"valeur": ":id2", "prenom": "adrien"}' where c2 = 1;
+"""
+
+
+def test_the_expression_index_keeps_every_pointer_in_posting_lists_and_the_c2_index_stays_small(fresh_lab):
+    lab = fresh_lab("test-04-postings")
+    lab.sql("""create extension if not exists pageinspect;
+               create table t5 (c1 jsonb, c2 int, c3 int);
+               create index t5_c2_idx on t5 (c2);
+               create index t5_expr_idx on t5 ((c1->>'prenom'));
+               insert into t5 values ('{"prenom": "adrien", "valeur": "1"}', 1, 1),
+                                     ('{"prenom": "guillaume", "valeur": "2"}', 2, 2)""")
+    run = lab.pgbench(ARTICLE_SCRIPT, name="postings", clients=6, duration=3, probes=[])
+    updates = 2 * run.transactions
+    assert updates > 5000, run.transactions
+    (outcome,) = replay(lab, tagged_steps("04-hot-updates", "postings"))
+    rows = outcome.frame.set_index("index")
+    expression, c2 = rows.loc["t5_expr_idx"], rows.loc["t5_c2_idx"]
+    # no bottom-up deletion for the expression index (c1 changes): one pointer per version, most in posting lists
+    assert expression.row_pointers >= updates and expression.posting_lists > 0
+    assert expression.row_pointers > 10 * expression["items"]
+    # bottom-up deletion keeps the c2 index to a page, far from one entry per update
+    assert c2.leaf_pages <= 2 and c2.row_pointers < updates / 10
