@@ -144,7 +144,7 @@ class Recording:
         if any(character.isspace() for character in self.server_program):
             note += (f" The server runs from {self.server_program}, a path with a space, which perf cannot read: "
                      "its functions show as bare addresses. Install the labs in a folder without spaces to see names.")
-        return CpuProfile(symbols=symbols[: self.top], folded=folded, samples=samples,
+        return CpuProfile(symbols=keep_top(symbols, self.top), folded=folded, samples=samples,
                           call_graph="dwarf" if self.call_graph else "none", note=note)
 
     def cleanup(self) -> None:
@@ -200,6 +200,23 @@ def parse_report(text: str) -> list[dict]:
             row.update({"self": float(second), "children": first})
         rows.append(row)
     return rows
+
+
+def keep_top(symbols: list[dict], top: int) -> list[dict]:
+    """The ``top`` symbols by self time and the ``top`` by time with their callees, most self time first.
+
+    A function that calls others (``GetSnapshotData`` around its lock) can spend little time in its
+    own code and much below it: keeping only the first list would leave it out.
+
+    >>> rows = [{"symbol": "leaf", "self": 9.0, "children": 9.0}, {"symbol": "caller", "self": 0.1, "children": 30.0},
+    ...         {"symbol": "other", "self": 1.0, "children": 1.0}]
+    >>> [row["symbol"] for row in keep_top(rows, 1)]
+    ['leaf', 'caller']
+    """
+    by_self = sorted(symbols, key=lambda row: -row["self"])
+    by_children = sorted(symbols, key=lambda row: -(row["children"] or 0))[:top]
+    kept = {id(row) for row in by_self[:top] + by_children}
+    return [row for row in by_self if id(row) in kept]
 
 
 def _sample_count(text: str) -> int | None:
@@ -289,16 +306,18 @@ def recorded(run) -> bool:
     return bool(profile_of(run).get("available"))
 
 
-def share(run, symbol: str) -> float | None:
-    """Self time of ``symbol`` in a profiled run, in percent.
+def share(run, symbol: str, *, inclusive: bool = False) -> float | None:
+    """Self time of ``symbol`` in a profiled run, in percent; with ``inclusive``, its time with its callees'.
 
-    None when perf did not record the run, or when the symbol is below the report's cut-off
-    (:data:`CUTOFF_PCT`): perf leaves such symbols out, so their share is small but unknown, not 0.
+    None when perf did not record the run (or recorded no call chains, for ``inclusive``), or when
+    the symbol is below the report's cut-off (:data:`CUTOFF_PCT`): perf leaves such symbols out,
+    so their share is small but unknown, not 0.
     """
     figures = profile_of(run)
     if not figures.get("available"):
         return None
-    return next((row["self"] for row in figures["symbols"] if row["symbol"] == symbol), None)
+    column = "children" if inclusive else "self"
+    return next((row[column] for row in figures["symbols"] if row["symbol"] == symbol), None)
 
 
 @style.styled

@@ -9,7 +9,7 @@ from .steps import replay, tagged_steps
 
 pytestmark = pytest.mark.integration
 
-METHODS = ["nextval-cache1", "nextval-cache100", "bulk-cache1", "bulk-cache100"]
+METHODS = ["nextval-cache1", "nextval-cache100", "bulk-cache1", "bulk-cache100", "bulk-sql-cache100"]
 CI_CLIENTS = [1, 2, 4]
 
 
@@ -29,7 +29,7 @@ def test_the_cache_speeds_up_the_bulk_transaction(lab_runs):
 
 
 def test_the_profiled_runs_say_where_the_time_went_or_why_not(lab_runs):
-    names = ["profile-bulk-cache1", "profile-bulk-cache100"]
+    names = ["profile-bulk-cache1", "profile-bulk-cache100", "profile-bulk-sql-cache100"]
     runs = lab_runs("05-sequence-cache", names)
     for run in (runs[name] for name in names):
         figures = run.extra["perf"]
@@ -41,7 +41,26 @@ def test_the_profiled_runs_say_where_the_time_went_or_why_not(lab_runs):
         assert selfs == sorted(selfs, reverse=True) and 0 < sum(selfs) <= 100.01
         if figures["call_graph"] == "dwarf":
             assert any("nextval_internal" in stack for stack in figures["folded"])
-        assert "s_lock_pct" in run.extra and "lwlock_pct" in run.extra
+        assert "s_lock_pct" in run.extra and "lwlock_pct" in run.extra and "snapshot_pct" in run.extra
+
+
+def test_the_single_statement_beats_the_loop_where_clients_compete(lab_runs):
+    top = max(CI_CLIENTS)
+    runs = lab_runs("05-sequence-cache", [f"bulk-cache100-c{top}", f"bulk-sql-cache100-c{top}"])
+    # the same calls and name lookups, without a snapshot per call
+    assert runs[f"bulk-sql-cache100-c{top}"].tps > runs[f"bulk-cache100-c{top}"].tps
+
+
+def test_the_loop_takes_a_snapshot_per_call_and_the_statement_does_not(lab_runs):
+    runs = lab_runs("05-sequence-cache", ["profile-bulk-cache100", "profile-bulk-sql-cache100"])
+    loop, statement = runs["profile-bulk-cache100"], runs["profile-bulk-sql-cache100"]
+    if not perf.recorded(loop) or loop.extra["perf"]["call_graph"] != "dwarf":
+        pytest.skip("perf recorded no call chains on this machine: " + str(loop.extra["perf"].get("message")))
+    under_assignment = sum(count for stack, count in loop.extra["perf"]["folded"].items()
+                           if "exec_assign_expr" in stack and "GetSnapshotData" in stack)
+    assert under_assignment > 0  # the snapshots are taken by the loop's assignment
+    assert loop.extra["snapshot_pct"] > 1
+    assert (statement.extra["snapshot_pct"] or 0) < loop.extra["snapshot_pct"] / 5  # None: below perf's cut-off
 
 
 def test_cache_1_visits_the_shared_buffer_on_every_call(fresh_lab):

@@ -30,6 +30,17 @@ def test_children_report_rows():
     assert any(row["dso"] == "plpgsql.so" for row in rows)
 
 
+def test_a_caller_with_little_self_time_is_kept():
+    rows = perf.parse_report((DATA / "report-children.txt").read_text())
+    kept = perf.keep_top(rows, 60)  # what a recording keeps
+    snapshot = next(row for row in kept if row["symbol"] == "GetSnapshotData")  # 1.02% self, 9.99% with callees
+    assert snapshot["self"] == 1.02 and snapshot["children"] == 9.99
+    assert [row["symbol"] for row in sorted(rows, key=lambda r: -r["self"])[:60]] == [row["symbol"] for row in kept[:60]]
+    assert len(kept) > 60  # callers with little self time come after them
+    run = Run("loop", "nb", "ci", "now", extra={"perf": {"available": True, "symbols": kept}})
+    assert perf.share(run, "GetSnapshotData") == 1.02 and perf.share(run, "GetSnapshotData", inclusive=True) == 9.99
+
+
 def test_folded_stacks_from_perf_script():
     folded = perf.fold_script((DATA / "script.txt").read_text())
     blocks = [block for block in (DATA / "script.txt").read_text().split("\n\n") if block.strip()]
