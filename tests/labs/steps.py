@@ -45,3 +45,12 @@ def replay(lab, steps: list[Step]) -> list:
         outcomes.append(lab.session(step.session).run(step.sql))
         outcomes.extend(lab.sessions.finished_elsewhere(step.session, settle_s=2.0))
     return outcomes
+
+
+def python_cell(notebook: str, tag: str) -> str:
+    """The one Python code cell tagged ``tag`` (to run with ``exec`` against a test's own lab)."""
+    nb = nbformat.read(NOTEBOOKS / f"{notebook}.ipynb", as_version=4)
+    (source,) = [cell.source for cell in nb.cells
+                 if cell.cell_type == "code" and tag in cell.get("metadata", {}).get("tags", [])]
+    assert not source.startswith("%"), f"{notebook}: the cell tagged {tag} is not plain Python"
+    return source
