@@ -44,11 +44,15 @@ def test_the_profiled_runs_say_where_the_time_went_or_why_not(lab_runs):
         assert "s_lock_pct" in run.extra and "lwlock_pct" in run.extra and "snapshot_pct" in run.extra
 
 
-def test_the_single_statement_beats_the_loop_where_clients_compete(lab_runs):
-    top = max(CI_CLIENTS)
-    runs = lab_runs("05-sequence-cache", [f"bulk-cache100-c{top}", f"bulk-sql-cache100-c{top}"])
-    # the same calls and name lookups, without a snapshot per call
-    assert runs[f"bulk-sql-cache100-c{top}"].tps > runs[f"bulk-cache100-c{top}"].tps
+def test_the_control_runs_beside_the_loop_at_every_client_count(lab_runs):
+    # which one is faster is a timing, left to the run's ratio table (timings are not asserted:
+    # shared machines are noisy); what must hold is that the two are measured alike
+    names = [f"{method}-c{count}" for count in CI_CLIENTS for method in ("bulk-cache100", "bulk-sql-cache100")]
+    runs = lab_runs("05-sequence-cache", names)
+    for count in CI_CLIENTS:
+        loop, statement = runs[f"bulk-cache100-c{count}"], runs[f"bulk-sql-cache100-c{count}"]
+        assert (loop.clients, loop.jobs, loop.duration_s) == (statement.clients, statement.jobs, statement.duration_s)
+        assert loop.transactions > 0 and statement.transactions > 0
 
 
 def test_the_loop_takes_a_snapshot_per_call_and_the_statement_does_not(lab_runs):
