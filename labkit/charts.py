@@ -13,6 +13,7 @@ A run (or a method of a sweep) has one colour in every chart; its tps is solid, 
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import zip_longest
@@ -20,7 +21,7 @@ from time import monotonic
 
 from . import style
 from .pgbench import Progress, find_stalls
-from .probes import CPU, HELD_BY, WORK
+from .probes import CPU, HELD_BY, WORK, rate
 from .records import Run
 
 STALL_COLOR = style.STALL_COLOR
@@ -165,9 +166,9 @@ def work_rates(samples: list[dict]) -> list[tuple[float, float]]:
     >>> work_rates([{"t": 0.0, "work": 0}, {"t": 1.0, "work": 50}, {"t": 2.0, "work": 150}])
     [(1.0, 50.0), (2.0, 100.0)]
     """
-    points = [(row["t"], row["work"]) for row in samples if row.get("work") is not None]
-    return [(round(t1, 3), round((w1 - w0) / (t1 - t0), 1))
-            for (t0, w0), (t1, w1) in zip(points, points[1:]) if t1 > t0]
+    points = [row for row in samples if row.get("work") is not None]
+    rates = [(after["t"], rate(before, after, "work")) for before, after in zip(points, points[1:])]
+    return [(round(t, 3), round(speed, 1)) for t, speed in rates if speed is not None]
 
 
 def _goodput_trace(samples: list[dict], color: str):
@@ -417,15 +418,9 @@ def timeline(run: Run, *, title: str | None = None, probes: list[str] | None = N
 def _cpu_warning_label(text: str, row_index: int) -> dict:
     """The CPU warning, over the CPU panel: the client may have limited the tps."""
     axis = "y" if row_index == 1 else f"y{row_index}"
-    return dict(name="cpu warning", text="<br>".join(_wrap(text, 90)), x=0, xref="paper", y=1, yref=f"{axis} domain",
+    return dict(name="cpu warning", text="<br>".join(textwrap.wrap(text, 90)), x=0, xref="paper", y=1, yref=f"{axis} domain",
                 showarrow=False, xanchor="left", yanchor="top", align="left", bgcolor="rgba(255,255,255,0.85)",
                 font=dict(size=11, color=style.VERMILLION))
-
-
-def _wrap(text: str, width: int) -> list[str]:
-    import textwrap
-
-    return textwrap.wrap(text, width)
 
 
 class LiveChart:

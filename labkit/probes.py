@@ -86,6 +86,18 @@ def probe(name: str, sql: str, every: float = 1.0, *, counters: tuple[str, ...] 
     return Probe(name, sql, float(every), counters=tuple(counters))
 
 
+def rate(previous: dict, row: dict, column: str) -> float | None:
+    """How fast counter ``column`` grew per second from sample ``previous`` to sample ``row``.
+
+    None when either value is missing or no time passed between them.
+
+    >>> rate({"t": 0.0, "work": 0}, {"t": 2.0, "work": 100}, "work"), rate({"t": 1.0, "work": 5}, {"t": 1.0, "work": 9}, "work")
+    (50.0, None)
+    """
+    before, now, elapsed = previous.get(column), row.get(column), row["t"] - previous["t"]
+    return None if before is None or now is None or elapsed <= 0 else (now - before) / elapsed
+
+
 def per_second(previous: dict | None, row: dict, counters: tuple[str, ...]) -> dict:
     """``row`` with each counter replaced by its rate since ``previous`` (None for the first sample or a reset).
 
@@ -99,11 +111,8 @@ def per_second(previous: dict | None, row: dict, counters: tuple[str, ...]) -> d
     for name in counters:
         if name not in row:
             raise ValueError(f"probe has no column {name!r} among {sorted(row)}: fix its counters=")
-        rate = None
-        if previous is not None and row[name] is not None and previous.get(name) is not None:
-            increase, elapsed = row[name] - previous[name], row["t"] - previous["t"]
-            rate = increase / elapsed if increase >= 0 and elapsed > 0 else None
-        out[f"{name}_per_s"] = rate
+        speed = None if previous is None else rate(previous, row, name)
+        out[f"{name}_per_s"] = speed if speed is None or speed >= 0 else None  # a fall: the counters were reset
     return out
 
 
