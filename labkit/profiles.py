@@ -163,6 +163,18 @@ def fitting(cores: float, memory_bytes: int) -> str:
     return "laptop"
 
 
+def for_class(students: int, cores: float, memory_bytes: int) -> str:
+    """The profile for one of ``students`` running labs at once on a machine of ``cores`` CPUs and ``memory_bytes``.
+
+    Each student gets an equal share of the machine; a shared machine never gets ``article``.
+
+    >>> for_class(20, 16, 64 * 2**30), for_class(2, 16, 64 * 2**30), for_class(1, 64, 256 * 2**30)
+    ('ci', 'laptop', 'laptop')
+    """
+    name = fitting(cores / max(students, 1), memory_bytes / max(students, 1))
+    return "laptop" if name == "article" else name
+
+
 def advise(cores: float | None = None, memory_bytes: int | None = None) -> str:
     """Which profile suits this machine (its container limits included), in one sentence.
 

@@ -1,0 +1,393 @@
+"""A real JupyterHub with docker/hub/jupyterhub_config.py, and students driven through its REST API.
+
+Used by tests/hub (three students at once) and tests/benchmarks/bench_hub.py (a class of N).
+The hub runs as root (it creates each student's system user and starts their server as that
+user); configurable-http-proxy comes from npm (.ci/proxy). A student runs a lab the way
+JupyterLab does: a kernel session in their own single-user server, each code cell sent as an
+``execute_request`` over the kernel's websocket, with that student's own API token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import pwd
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = ROOT / "docker" / "hub" / "jupyterhub_config.py"
+PROXY_DIR = ROOT / ".ci" / "proxy"
+PREFIX = "labkit-t-"  # the system users the hub makes for the tests: labkit-t-alice, ...
+COMMENT = "labs student"  # what ensure_student writes in each user's comment field
+LABS_FOLDER = "pg-concurrency-labs"
+
+
+def why_not() -> str | None:
+    """Why a hub cannot run here (None: it can)."""
+    if not sys.platform.startswith("linux"):
+        return f"the class hub creates Linux system users (useradd); this is {sys.platform}"
+    if os.geteuid() != 0:
+        return "the class hub must run as root: it creates each student's system user and runs their server as them"
+    if not shutil.which("node") or not (shutil.which("npm") or proxy_command()):
+        return "configurable-http-proxy needs Node.js and npm, and this machine has " + (
+            "no node" if not shutil.which("node") else "no npm")
+    return None
+
+
+def reachable(path: Path) -> bool:
+    """True when every user can reach ``path`` (each folder above it searchable by all, the path readable by all)."""
+    path = path.resolve()
+    return all(parent.stat().st_mode & 0o001 for parent in path.parents) and bool(path.stat().st_mode & 0o004)
+
+
+def student_python(folder: Path) -> str | None:
+    """A Python with the labs installed that every student can run: this one, or a stand-in made in ``folder``.
+
+    When this interpreter sits in root's private home (pyenv), a virtual environment of the
+    system's Python of the same version is made in ``folder``; it reads this environment's
+    packages (site.addsitedir, so the project's editable install comes along).
+    """
+    if reachable(Path(sys.executable)) and reachable(Path(sys.base_prefix)):
+        return sys.executable
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    system = Path("/usr/bin") / version
+    packages = Path(next(p for p in sys.path if p.endswith("site-packages")))
+    if not system.exists() or not reachable(system) or not reachable(packages):
+        return None
+    target = folder / "python"
+    subprocess.run([str(system), "-m", "venv", "--without-pip", str(target)], check=True, capture_output=True)
+    shim = target / "lib" / version / "site-packages" / "labkit-test-packages.pth"
+    shim.write_text(f"import site; site.addsitedir({str(packages)!r})\n", encoding="utf-8")
+    return str(target / "bin" / "python")
+
+
+def proxy_command() -> str | None:
+    """configurable-http-proxy: .ci/proxy's, else one on PATH."""
+    local = PROXY_DIR / "node_modules" / ".bin" / "configurable-http-proxy"
+    return str(local) if local.exists() else shutil.which("configurable-http-proxy")
+
+
+def install_proxy() -> str:
+    """configurable-http-proxy from npm (the version .ci/proxy pins), installed there once."""
+    found = proxy_command()
+    if found:
+        return found
+    subprocess.run(["npm", "ci" if (PROXY_DIR / "package-lock.json").exists() else "install", "--no-audit", "--no-fund"],
+                   cwd=PROXY_DIR, check=True, capture_output=True, timeout=600)
+    found = proxy_command()
+    assert found, "npm installed configurable-http-proxy, but its command is not in .ci/proxy/node_modules/.bin"
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def system_user(name: str) -> pwd.struct_passwd:
+    return pwd.getpwnam(PREFIX + name)
+
+
+def processes_of(uid: int, names=("postgres", "pgbench")) -> list[str]:
+    """'name pid' of each running process of ``uid`` called one of ``names``."""
+    found = []
+    for process in psutil.process_iter(["name", "uids", "status"]):
+        info = process.info
+        if info["uids"] and info["uids"].real == uid and info["name"] in names and info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(f"{info['name']} {process.pid}")
+    return found
+
+
+def remove_test_users() -> None:
+    """Kill every process of the tests' system users and delete them, homes included."""
+    for entry in pwd.getpwall():
+        if entry.pw_name.startswith(PREFIX) and entry.pw_gecos.startswith(COMMENT):
+            for process in psutil.process_iter(["uids"]):
+                if process.info["uids"] and process.info["uids"].real == entry.pw_uid:
+                    with contextlib.suppress(psutil.Error):
+                        process.kill()
+            psutil.wait_procs([p for p in psutil.process_iter(["uids"])
+                               if p.info["uids"] and p.info["uids"].real == entry.pw_uid], timeout=10)
+            subprocess.run(["userdel", "--remove", entry.pw_name], capture_output=True)
+            shutil.rmtree(entry.pw_dir, ignore_errors=True)
+
+
+@dataclass
+class Hub:
+    """A running JupyterHub (as root) with an admin service token; ``with Hub(...) as hub:``."""
+
+    settings: dict = field(default_factory=dict)  # LABKIT_HUB_* for the config
+    folder: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="labkit hub ")))
+    port: int = field(default_factory=free_port)
+    token: str = field(default_factory=lambda: secrets.token_hex(24))
+    process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def homes(self) -> Path:
+        return self.folder / "class homes"
+
+    def __enter__(self) -> Hub:
+        remove_test_users()
+        self.folder.chmod(0o755)  # the students' homes are inside it
+        proxy = install_proxy()
+        wrapper = self.folder / "test_config.py"
+        wrapper.write_text(
+            f"load_subconfig({str(CONFIG)!r})\n"
+            f"c.JupyterHub.hub_port = {free_port()}\n"
+            f"c.ConfigurableHTTPProxy.api_url = 'http://127.0.0.1:{free_port()}'\n"
+            f"c.JupyterHub.services.append({{'name': 'labkit-test', 'api_token': {self.token!r}}})\n"
+            "c.JupyterHub.load_roles.append({'name': 'admin', 'services': ['labkit-test']})\n",
+            encoding="utf-8")
+        environment = {key: value for key, value in os.environ.items() if not key.startswith(("LABKIT_", "JUPYTER"))}
+        environment.update({
+            "PATH": f"{Path(proxy).parent}{os.pathsep}{environment.get('PATH', '')}",
+            "LABKIT_HUB_URL": self.url,
+            "LABKIT_HUB_STATE": str(self.folder / "state"),
+            "LABKIT_HUB_HOMES": str(self.homes),
+            "LABKIT_HUB_PREFIX": PREFIX,
+            "LABKIT_HUB_AUTH": "dummy",
+            "LABKIT_HUB_PASSWORD": secrets.token_hex(8),
+            "LABKIT_HUB_PROFILE": "ci",
+            **self.settings,
+        })
+        python = student_python(self.folder)
+        if python is None:
+            raise RuntimeError(f"no Python that every student can run: {sys.executable} is in a private folder and "
+                               f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor} is missing")
+        with (self.folder / "hub.log").open("wb") as log:
+            self.process = subprocess.Popen([python, "-m", "jupyterhub", "-f", str(wrapper)], cwd=self.folder,
+                                            env=environment, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(OSError):
+                self.api("GET", "")
+                return self
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                text = self.log()
+                self.__exit__(None, None, None)
+                raise RuntimeError(f"the hub did not start:\n{text[-3000:]}")
+            time.sleep(0.5)
+
+    def __exit__(self, *exc) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)  # the hub stops every server and the proxy it started
+            try:
+                self.process.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+        remove_test_users()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def log(self) -> str:
+        return (self.folder / "hub.log").read_text(encoding="utf-8", errors="replace")
+
+    def api(self, method: str, path: str, body=None, *, token: str | None = None):
+        request = urllib.request.Request(f"{self.url}/hub/api/{path}", method=method,
+                                         data=None if body is None else json.dumps(body).encode(),
+                                         headers={"Authorization": f"token {token or self.token}",
+                                                  "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                text = response.read()
+        except urllib.error.HTTPError as failure:
+            failure.close()  # it holds the response open
+            if failure.code < 500:
+                raise
+            raise RuntimeError(f"{method} {path}: HTTP {failure.code}; the hub's log ends:\n{self.log()[-4000:]}") from None
+        return json.loads(text) if text else None
+
+    def add_students(self, names) -> None:
+        self.api("POST", "users", {"usernames": list(names)})
+
+    def spawn(self, name: str) -> None:
+        self.api("POST", f"users/{name}/server")
+
+    def wait_ready(self, name: str, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            server = self.api("GET", f"users/{name}").get("servers", {}).get("")
+            if server and server.get("ready"):
+                return
+            time.sleep(0.5)
+        raise TimeoutError(f"{name}'s server was not ready in {timeout:.0f} s:\n{self.log()[-3000:]}")
+
+    def running(self, name: str) -> bool:
+        return bool(self.api("GET", f"users/{name}").get("servers", {}).get(""))
+
+    def stop(self, name: str) -> None:
+        with contextlib.suppress(urllib.error.HTTPError):
+            self.api("DELETE", f"users/{name}/server")
+
+    def student_token(self, name: str) -> str:
+        return self.api("POST", f"users/{name}/tokens", {"note": "labkit test"})["token"]
+
+    def server_request(self, name: str, path: str, *, token: str, body=None, method: str | None = None):
+        """A request to ``name``'s single-user server (through the proxy), as the holder of ``token``."""
+        request = urllib.request.Request(f"{self.url}/user/{name}/{path}", method=method or ("POST" if body else "GET"),
+                                         data=None if body is None else json.dumps(body).encode(),
+                                         headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as response:
+                return json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as failure:
+            failure.close()  # it holds the response open
+            raise Refused(failure.code) from None
+
+
+class Refused(Exception):
+    """A single-user server's answer other than 2xx (``code``)."""
+
+    def __init__(self, code: int):
+        super().__init__(f"HTTP {code}")
+        self.code = code
+
+
+@dataclass
+class CellResult:
+    status: str  # ok or error
+    text: str  # the stream output
+    error: str = ""
+
+
+class Kernel:
+    """A kernel session in a student's own server, driven over its websocket as JupyterLab does.
+
+    Each call opens the websocket, does its work and closes it again (a websocket belongs to the
+    event loop that opened it, and a lab runs in a thread of its own).
+    """
+
+    def __init__(self, hub: Hub, name: str, notebook: str, token: str):
+        self.hub, self.name, self.token = hub, name, token
+        session = hub.server_request(name, "api/sessions", token=token, body={
+            "path": f"{LABS_FOLDER}/{notebook}", "name": notebook, "type": "notebook", "kernel": {"name": "python3"}})
+        self.kernel_id = session["kernel"]["id"]
+        self.session = uuid.uuid4().hex
+
+    def run_lab(self, notebook: Path) -> tuple[float, str | None]:
+        """Every code cell of ``notebook``, in order; (seconds, the first error or None)."""
+        async def cells(socket_):
+            started = time.monotonic()
+            for number, source in enumerate(code_cells(notebook), 1):
+                result = await self._execute(socket_, source)
+                if result.status != "ok":
+                    first = next((line for line in source.splitlines() if line.strip()), "")
+                    return time.monotonic() - started, f"code cell {number} ({first[:60]}): {result.error}"
+            return time.monotonic() - started, None
+        return asyncio.run(self._connected(cells))
+
+    def json(self, code: str):
+        """Run ``code``, whose last output line is JSON, and return that value."""
+        result = asyncio.run(self._connected(lambda socket_: self._execute(socket_, code)))
+        assert result.status == "ok", f"{self.name}: {result.error}\n{result.text[-2000:]}"
+        return json.loads(result.text.strip().splitlines()[-1])
+
+    def start(self, code: str) -> None:
+        """Start ``code`` and return once the kernel is busy with it (its result is never read)."""
+        asyncio.run(self._connected(lambda socket_: self._execute(socket_, code, until="busy")))
+
+    async def _connected(self, work):
+        from tornado.httpclient import HTTPRequest
+        from tornado.websocket import websocket_connect
+
+        url = f"ws://127.0.0.1:{self.hub.port}/user/{self.name}/api/kernels/{self.kernel_id}/channels?session_id={self.session}"
+        socket_ = await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {self.token}"}),
+                                          max_message_size=512 * 2**20)
+        try:
+            return await work(socket_)
+        finally:
+            socket_.close()
+            with contextlib.suppress(Exception):  # until the server answers the close: the stream is closed then
+                while await asyncio.wait_for(socket_.read_message(), 10) is not None:
+                    pass
+
+    async def _execute(self, socket_, code: str, *, until: str = "idle", timeout: float = 900) -> CellResult:
+        msg_id = uuid.uuid4().hex
+        await socket_.write_message(json.dumps({
+            "header": {"msg_id": msg_id, "username": self.name, "session": self.session, "msg_type": "execute_request",
+                       "version": "5.3", "date": ""},
+            "parent_header": {}, "metadata": {}, "buffers": [], "channel": "shell",
+            "content": {"code": code, "silent": False, "store_history": True, "user_expressions": {},
+                        "allow_stdin": False, "stop_on_error": True}}))
+        text, reply, state = [], None, ""
+        deadline = time.monotonic() + timeout
+        while not (state == until == "busy" or (reply is not None and state == "idle")):
+            raw = await asyncio.wait_for(socket_.read_message(), max(deadline - time.monotonic(), 0.1))
+            if raw is None:
+                return CellResult("error", "".join(text), "the kernel's websocket closed")
+            if not isinstance(raw, str):
+                continue  # a binary frame: a widget's buffers
+            message = json.loads(raw)
+            if message.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            kind = message["header"]["msg_type"]
+            if kind == "stream":
+                text.append(message["content"]["text"])
+            elif kind == "execute_reply":
+                reply = message["content"]
+            elif kind == "status":
+                state = message["content"]["execution_state"]
+        if reply is None or reply["status"] == "ok":
+            return CellResult("ok", "".join(text))
+        return CellResult("error", "".join(text), f"{reply.get('ename')}: {reply.get('evalue')}")
+
+
+def code_cells(notebook: Path) -> list[str]:
+    return ["".join(cell["source"]) for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+            if cell["cell_type"] == "code"]
+
+
+# What each student's kernel reports about its own server after the lab.
+IDENTITY = """
+import json, os, pwd, psycopg
+from labkit import config
+from labkit.embedded import EmbeddedServer
+server = EmbeddedServer()
+with psycopg.connect(server.conninfo("postgres")) as connection:
+    row = connection.execute("select current_setting('data_directory'), current_setting('unix_socket_directories'), "
+                             "current_setting('listen_addresses'), current_setting('port'), pg_backend_pid()").fetchone()
+print(json.dumps({"data_directory": row[0], "socket_dir": str(server.socket_dir), "sockets": row[1],
+                  "listen_addresses": row[2], "port": row[3], "backend_pid": row[4], "home": os.path.expanduser("~"),
+                  "uid": os.getuid(), "user": pwd.getpwuid(os.getuid()).pw_name,
+                  "data_owner": pwd.getpwuid(os.stat(row[0]).st_uid).pw_name,
+                  "postmaster_pid": server.postmaster_pid(), "results": str(config.results_dir())}))
+"""
+
+# Run in one student's kernel: try another student's socket folder and home (``other`` is that student's IDENTITY).
+TRESPASS = """
+import json, os, psycopg
+other = json.loads({other!r})
+outcome = {{}}
+try:
+    psycopg.connect(host=other["socket_dir"], port=int(other["port"]), user="postgres", dbname="postgres",
+                    connect_timeout=5).close()
+    outcome["connect"] = "connected"
+except psycopg.OperationalError as error:
+    outcome["connect"] = str(error).strip()
+for key, path in (("home", other["home"]), ("results", other["results"]), ("data", other["data_directory"])):
+    try:
+        outcome[key] = "read: " + ", ".join(sorted(os.listdir(path))[:3])
+    except OSError as error:
+        outcome[key] = type(error).__name__
+print(json.dumps(outcome))
+"""
