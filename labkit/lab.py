@@ -12,7 +12,7 @@ import time
 import psycopg
 from psycopg import sql as pgsql
 
-from . import db, pgbench, records, runner, units
+from . import db, pgbench, records, run_record, runner, units
 from .backend import (
     SETTINGS_THAT_MATTER,
     Server,
@@ -23,7 +23,7 @@ from .backend import (
     system_of_version,
 )
 from .binaries import program
-from .errors import LabkitError, ServerGone, UsageError, connection_problem
+from .errors import LabkitError, RunFailed, ServerGone, UsageError, connection_problem
 from .pgbench import Spec
 from .probes import WAIT_EVENTS, Probe, plain_value
 from .profiles import SPARE_CONNECTIONS, Profile, current, default_name
@@ -305,6 +305,9 @@ class Lab:
         self.last_run = run
         if view is not None:
             view.finished(run)
+        stuck = None if hold_sessions else run_record.no_progress(run)  # held on purpose: waiting is the point
+        if stuck:
+            raise RunFailed(stuck)
         return run
 
     def _target(self) -> runner.Target:

@@ -171,7 +171,7 @@ def for_class(students: int, cores: float, memory_bytes: int) -> str:
     >>> for_class(20, 16, 64 * 2**30), for_class(2, 16, 64 * 2**30), for_class(1, 64, 256 * 2**30)
     ('ci', 'laptop', 'laptop')
     """
-    name = fitting(cores / max(students, 1), memory_bytes / max(students, 1))
+    name = fitting(cores / max(students, 1), memory_bytes // max(students, 1))
     return "laptop" if name == "article" else name
 
 

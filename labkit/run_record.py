@@ -126,6 +126,22 @@ def failure(outputs: Outputs, run: Run) -> str | None:
     return f"pgbench exited with code {outputs.exit_code}"
 
 
+def no_progress(run: Run) -> str | None:
+    """What a student is told when a timed run completed no transaction at all (None: it did some, or was stopped).
+
+    Its figures would be empty, and every cell that reads them would fail further down.
+
+    >>> print(no_progress(Run("plain", "nb", "ci", "now", clients=256, duration_s=4, transactions=0)))
+    Run 'plain' completed no transaction in its 4 s with 256 clients: each client was still waiting when it ended, on a lock held elsewhere (the run's wait events say which) or for a CPU on a machine too busy for this many clients. Its record is saved (lab.last_run). Run it again when the machine is quieter, or with fewer clients or a longer run.
+    """
+    if run.transactions or run.interrupted or not run.duration_s or run.errors:
+        return None
+    return (f"Run {run.name!r} completed no transaction in its {run.duration_s:g} s with {run.clients} clients: each "
+            "client was still waiting when it ended, on a lock held elsewhere (the run's wait events say which) or "
+            "for a CPU on a machine too busy for this many clients. Its record is saved (lab.last_run). Run it again "
+            "when the machine is quieter, or with fewer clients or a longer run.")
+
+
 def work_figures(done: float, run: Run) -> dict:
     """Goodput beside tps: work per second on pgbench's own clock, and the share of useful transactions.
 

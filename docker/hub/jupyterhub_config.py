@@ -28,6 +28,7 @@
 # Linux only (useradd). The machine's size, the chosen profile and every student created are
 # written to the hub's log.
 
+import asyncio
 import os
 import pwd
 import re
@@ -46,47 +47,77 @@ env = os.environ.get
 STATE = Path(env("LABKIT_HUB_STATE", "/srv/jupyterhub"))
 HOMES = Path(env("LABKIT_HUB_HOMES", "/home"))
 PREFIX = env("LABKIT_HUB_PREFIX", "student-")
-# The labs each student gets a copy of: the notebooks next to the installed labkit.
+if not re.fullmatch(r"[a-z_][a-z0-9_-]{0,15}", PREFIX):
+    sys.exit("LABKIT_HUB_PREFIX must be 1-16 lower-case letters, digits, '-' or '_': without it a student "
+             "could log in under the name of a system account")
+# The labs each student gets a copy of: the notebooks next to the installed labkit (an editable install).
 LABS = Path(labkit.__file__).resolve().parent.parent / "notebooks"
+if not (LABS / "00-start-here.ipynb").exists():
+    sys.exit(f"No labs in {LABS}: install the project with `pip install -e '.[hub]'` from its checkout")
 LABS_FOLDER = "pg-concurrency-labs"  # in each student's home
-# useradd's rule for a portable user name (at most 32 characters), with the prefix counted
-SYSTEM_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+COMMENT = "labs student"  # in the comment field of every system user the hub makes
+# A hub name the system user can be made from: useradd's portable names, 32 characters with the prefix
+HUB_NAME = rf"[a-z0-9_][a-z0-9_-]{{0,{31 - len(PREFIX)}}}"
 
 
 def system_name(hub_name: str) -> str:
-    """The system user a hub user runs as: the prefix and the hub name (never an existing account's name)."""
-    name = PREFIX + hub_name
-    if not SYSTEM_NAME.fullmatch(name):
+    """The system user a hub user runs as: the prefix and the hub name."""
+    if not re.fullmatch(HUB_NAME, hub_name):
         raise ValueError(f"{hub_name!r} cannot be a student's user name here: use lower-case letters, digits, "
                          f"'-' and '_', at most {32 - len(PREFIX)} characters")
-    return name
+    return PREFIX + hub_name
 
 
-def ensure_student(spawner) -> None:
-    """Before a server starts: the student's system user, a home only they can enter, and their copy of the labs."""
+def new_uid(home: Path) -> int:
+    """The user number for a new student: their kept home's owner's, else one above every number in use.
+
+    The homes outlive the system users when the hub runs in a container (a new container has a
+    fresh /etc/passwd): a new student must never get the number that owns someone else's home.
+    """
+    if home.is_dir():
+        return home.stat().st_uid
+    taken = [entry.pw_uid for entry in pwd.getpwall()]
+    taken += [folder.stat().st_uid for folder in HOMES.iterdir() if folder.is_dir()] if HOMES.is_dir() else []
+    return max([999, *[uid for uid in taken if uid < 60000]]) + 1
+
+
+def _ensure_student(spawner) -> None:
     name = system_name(spawner.user.name)
     try:
         entry = pwd.getpwnam(name)
     except KeyError:
         HOMES.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["useradd", "--create-home", "--home-dir", str(HOMES / name), "--shell", "/bin/bash",
-                        "--user-group", "--comment", f"labs student {spawner.user.name}", name],
-                       check=True, capture_output=True)
+        home = HOMES / name
+        subprocess.run(["useradd", "--create-home", "--home-dir", str(home), "--shell", "/bin/bash", "--user-group",
+                        "--uid", str(new_uid(home)), "--comment", f"{COMMENT} {spawner.user.name}", name],
+                       check=True, capture_output=True, timeout=60)
         entry = pwd.getpwnam(name)
         spawner.log.info("created the system user %s (home %s) for %s", name, entry.pw_dir, spawner.user.name)
+    if not entry.pw_gecos.startswith(COMMENT) or entry.pw_uid < 1000:
+        raise RuntimeError(f"{name} is a system account the hub did not make: refusing to start a server as it")
     home = Path(entry.pw_dir)
     home.chmod(0o700)  # useradd follows UMASK (022 on Debian): no other student may read this home
     # The copy is made by the student's own process, so it is theirs, and a link they planted
-    # cannot make root write elsewhere. An existing copy is left alone: it holds their edits.
+    # cannot make root write elsewhere; -I and a bare environment keep their files (a planted
+    # shutil.py) and the hub's secrets out of it. An existing copy holds their edits: left alone.
     copy = ("import shutil, sys; from pathlib import Path; target = Path(sys.argv[2]); "
             "target.exists() or shutil.copytree(sys.argv[1], target, "
             "ignore=shutil.ignore_patterns('.ipynb_checkpoints', '__pycache__', 'kernel-ipc-*'))")
     try:
-        subprocess.run([sys.executable, "-c", copy, str(LABS), str(home / LABS_FOLDER)], check=True,
-                       user=entry.pw_uid, group=entry.pw_gid, extra_groups=[], cwd=home, capture_output=True)
+        subprocess.run([sys.executable, "-I", "-c", copy, str(LABS), str(home / LABS_FOLDER)], check=True,
+                       user=entry.pw_uid, group=entry.pw_gid, extra_groups=[], cwd=home, capture_output=True,
+                       env={"HOME": str(home), "PATH": "/usr/bin:/bin"}, timeout=120)
     except PermissionError:
         raise RuntimeError(f"The students cannot run {sys.executable}: install the hub's Python and the labs where "
                            "every user can read them (e.g. under /opt), not in root's home.") from None
+
+
+async def ensure_student(spawner) -> None:
+    """Before a server starts: the student's system user, a home only they can enter, and their copy of the labs.
+
+    In a thread: the hub's event loop serves every other student meanwhile.
+    """
+    await asyncio.to_thread(_ensure_student, spawner)
 
 
 class StudentSpawner(LocalProcessSpawner):
@@ -114,7 +145,8 @@ def class_profile(log=print) -> str:
     return profile
 
 
-STATE.mkdir(parents=True, exist_ok=True, mode=0o700)
+STATE.mkdir(parents=True, exist_ok=True)
+STATE.chmod(0o700)  # the hub's database and the passwords: not for the students (Docker makes a volume 0755)
 c.JupyterHub.bind_url = env("LABKIT_HUB_URL", "http://127.0.0.1:8000")
 c.JupyterHub.db_url = f"sqlite:///{STATE / 'jupyterhub.sqlite'}"
 c.JupyterHub.cookie_secret_file = str(STATE / "jupyterhub_cookie_secret")
@@ -151,6 +183,9 @@ AUTH = env("LABKIT_HUB_AUTH", "firstuse")
 if AUTH == "firstuse":
     c.JupyterHub.authenticator_class = "firstuseauthenticator.FirstUseAuthenticator"
     c.FirstUseAuthenticator.dbm_path = str(STATE / "passwords.dbm")
+    # With a class list, only its names (and the admins) may log in. Whoever logs in first under a
+    # name sets its password: instructors log in before the address is shared.
+    c.FirstUseAuthenticator.create_users = not env("LABKIT_HUB_ALLOWED")
 elif AUTH == "dummy":
     c.JupyterHub.authenticator_class = "dummy"
     c.DummyAuthenticator.password = env("LABKIT_HUB_PASSWORD") or sys.exit("LABKIT_HUB_AUTH=dummy needs LABKIT_HUB_PASSWORD")
@@ -161,4 +196,5 @@ if env("LABKIT_HUB_ALLOWED"):
     c.Authenticator.allowed_users = {name.strip().lower() for name in allowed if name.strip()}
 else:
     c.Authenticator.allow_all = True
+c.Authenticator.username_pattern = HUB_NAME + r"\Z"  # refused at login, not at the first spawn
 c.Authenticator.admin_users = {name.strip() for name in env("LABKIT_HUB_ADMINS", "").split(",") if name.strip()}
