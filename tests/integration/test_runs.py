@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 import labkit
-from labkit import runner
+from labkit import records, runner
 from labkit.errors import LabkitError, RunFailed, UsageError
 
 pytestmark = pytest.mark.integration
@@ -60,6 +60,17 @@ def test_several_weighted_scripts(lab, hot_row, tmp_path):
 def test_sql_error_in_the_script_shows_pgbench_message(lab):
     with pytest.raises(RunFailed, match='pgbench stopped: ERROR:  relation "missing_table" does not exist'):
         lab.pgbench("select * from missing_table;", name="broken", clients=2, duration=2)
+
+
+def test_a_timed_run_that_completes_no_transaction_says_why_at_its_own_cell(lab, monkeypatch):
+    # What an overloaded machine gave (eight students' runs of 256 clients at once on 2 cores): a
+    # record with no transaction. The runner is replaced here; the lab's handling of it is real.
+    stuck = records.Run("stuck", "tests", "ci", records.now_iso(), clients=256, duration_s=4, transactions=0)
+    monkeypatch.setattr(runner.PgbenchRunner, "run", lambda self, spec, **kw: stuck)
+    with pytest.raises(RunFailed, match="completed no transaction in its 4 s with 256 clients"):
+        lab.pgbench("select 1;", name="stuck", clients=2, duration=1, live=False)
+    assert lab.last_run is stuck  # nothing lost
+    assert lab.pgbench("select 1;", name="held", clients=2, duration=1, live=False, hold_sessions=True) is stuck
 
 
 def test_too_many_clients(lab):
