@@ -10,10 +10,12 @@ lab's first cell). Printed for each lab and N:
 
 - each student's lab: its wall time and whether every cell passed;
 - each student's peak memory: the PSS of all their processes (single-user server, kernel,
-  PostgreSQL, pgbench) added up, sampled every ``--every`` seconds: PSS shares each shared page
-  among the processes that map it, so the students' figures add up to what they use together;
-- the machine's peak: used memory (total less available) above what it was before the hub
-  started, so the hub, the proxy and the page cache the runs fill are in it too;
+  PostgreSQL, pgbench) added up, sampled every ``--every`` seconds (a lower bound of the true
+  peak). PSS divides each shared page among every process that maps it, the other students'
+  and the hub's included: it is each student's share, and shrinks a little as the class grows;
+- the machine's peak: its used memory (total less available, for the whole host: the page cache
+  the kernel can drop is not in it, shared memory and tmpfs are) above what it was before the
+  hub started;
 - each student idle afterwards: server and kernel still open, PostgreSQL still up;
 - each student's transactions, all the lab's runs together (from their run records): the runs
   have fixed lengths, so a shared CPU shows as fewer transactions rather than a longer lab.
@@ -95,7 +97,8 @@ def one_class(size: int, lab: Path, profile: str, every: float) -> None:
             hub.wait_ready(name)
         uids = {name: harness.system_user(name).pw_uid for name in names}
         kernels = {name: harness.Kernel(hub, name, lab.name, hub.student_token(name)) for name in names}
-        time.sleep(3)
+        for kernel in kernels.values():
+            kernel.json("print(1)")  # each kernel started and answering
         opened = {name: student_pss(uid) for name, uid in uids.items()}  # server and an idle kernel, no PostgreSQL yet
         outcomes: dict[str, tuple[float, str | None]] = {}
 
@@ -132,7 +135,7 @@ def one_class(size: int, lab: Path, profile: str, every: float) -> None:
             if run.errors or run.aborted_clients or not run.transactions:
                 print(f"      run {run.name}: {run.transactions or 0} transactions, {run.aborted_clients} of {run.clients} "
                       f"clients aborted; {'; '.join(run.errors)[:300]}")
-    print(f"  the students' peaks added up: {sum(sampler.peak.values()) / MIB:.0f} MiB; the machine's used memory "
+    print(f"  the students' peaks added up (each at its own moment): {sum(sampler.peak.values()) / MIB:.0f} MiB; the machine's used memory "
           f"rose by at most {(sampler.machine_peak - baseline) / MIB:.0f} MiB")
     print(f"  median lab {statistics.median(o[0] for o in outcomes.values()):.0f} s; the sampler took "
           f"{sampler.cpu_s:.1f} s of CPU over {sampler.samples} samples")

@@ -116,17 +116,34 @@ def processes_of(uid: int, names=("postgres", "pgbench")) -> list[str]:
 
 
 def remove_test_users() -> None:
-    """Kill every process of the tests' system users and delete them, homes included."""
+    """Stop and delete the tests' system users: their PostgreSQL first (a fast shutdown frees its shared
+    memory, which a kill would leave), then every other process, then the users and their homes."""
     for entry in pwd.getpwall():
-        if entry.pw_name.startswith(PREFIX) and entry.pw_gecos.startswith(COMMENT):
-            for process in psutil.process_iter(["uids"]):
-                if process.info["uids"] and process.info["uids"].real == entry.pw_uid:
-                    with contextlib.suppress(psutil.Error):
-                        process.kill()
-            psutil.wait_procs([p for p in psutil.process_iter(["uids"])
-                               if p.info["uids"] and p.info["uids"].real == entry.pw_uid], timeout=10)
-            subprocess.run(["userdel", "--remove", entry.pw_name], capture_output=True)
-            shutil.rmtree(entry.pw_dir, ignore_errors=True)
+        if not (entry.pw_name.startswith(PREFIX) and entry.pw_gecos.startswith(COMMENT)):
+            continue
+
+        def mine(uid=entry.pw_uid):
+            return [p for p in psutil.process_iter(["uids", "name", "ppid"]) if p.info["uids"] and p.info["uids"].real == uid]
+
+        running = mine()
+        postmasters = [p for p in running if p.info["name"] == "postgres"
+                       and not any(q.pid == p.info["ppid"] and q.info["name"] == "postgres" for q in running)]
+        for process in postmasters:
+            with contextlib.suppress(psutil.Error):
+                process.send_signal(signal.SIGINT)  # PostgreSQL's fast shutdown
+        psutil.wait_procs(postmasters, timeout=30)
+        for _ in range(3):
+            left = mine()
+            if not left:
+                break
+            for process in left:
+                with contextlib.suppress(psutil.Error):
+                    process.kill()
+            psutil.wait_procs(left, timeout=10)
+        removed = subprocess.run(["userdel", "--remove", entry.pw_name], capture_output=True, text=True)
+        shutil.rmtree(entry.pw_dir, ignore_errors=True)
+        if removed.returncode not in (0, 12):  # 12: the home could not be removed (done above)
+            raise RuntimeError(f"userdel {entry.pw_name}: {removed.stderr.strip()}")
 
 
 @dataclass
@@ -148,6 +165,13 @@ class Hub:
         return self.folder / "class homes"
 
     def __enter__(self) -> Hub:
+        try:
+            return self._start()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+
+    def _start(self) -> Hub:
         remove_test_users()
         self.folder.chmod(0o755)  # the students' homes are inside it
         proxy = install_proxy()
@@ -184,18 +208,22 @@ class Hub:
                 self.api("GET", "")
                 return self
             if self.process.poll() is not None or time.monotonic() > deadline:
-                text = self.log()
-                self.__exit__(None, None, None)
-                raise RuntimeError(f"the hub did not start:\n{text[-3000:]}")
+                raise RuntimeError(f"the hub did not start:\n{self.log()[-3000:]}")
             time.sleep(0.5)
 
     def __exit__(self, *exc) -> None:
         if self.process and self.process.poll() is None:
+            # The proxy and the culler run in sessions of their own: known now, killed below if left.
+            helpers = psutil.Process(self.process.pid).children(recursive=True)
             self.process.send_signal(signal.SIGTERM)  # the hub stops every server and the proxy it started
             try:
                 self.process.wait(60)
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
+            for helper in helpers:
+                with contextlib.suppress(psutil.Error):
+                    if helper.uids().real == 0:  # the students' processes go with their users below
+                        helper.kill()
         remove_test_users()
         shutil.rmtree(self.folder, ignore_errors=True)
 
@@ -338,9 +366,12 @@ class Kernel:
             if not isinstance(raw, str):
                 continue  # a binary frame: a widget's buffers
             message = json.loads(raw)
+            kind = message["header"]["msg_type"]
+            if kind == "status" and message["content"]["execution_state"] in ("restarting", "dead"):
+                # jupyter_server's own word on the kernel, with no parent: the cell will never finish
+                return CellResult("error", "".join(text), f"the kernel is {message['content']['execution_state']}")
             if message.get("parent_header", {}).get("msg_id") != msg_id:
                 continue
-            kind = message["header"]["msg_type"]
             if kind == "stream":
                 text.append(message["content"]["text"])
             elif kind == "execute_reply":
@@ -359,15 +390,16 @@ def code_cells(notebook: Path) -> list[str]:
 
 # What each student's kernel reports about its own server after the lab.
 IDENTITY = """
-import json, os, pwd, psycopg
+import json, os, pwd, psutil, psycopg
 from labkit import config
 from labkit.embedded import EmbeddedServer
 server = EmbeddedServer()
 with psycopg.connect(server.conninfo("postgres")) as connection:
     row = connection.execute("select current_setting('data_directory'), current_setting('unix_socket_directories'), "
                              "current_setting('listen_addresses'), current_setting('port'), pg_backend_pid()").fetchone()
+    backend_parent = psutil.Process(row[4]).ppid()  # while this connection's backend still runs
 print(json.dumps({"data_directory": row[0], "socket_dir": str(server.socket_dir), "sockets": row[1],
-                  "listen_addresses": row[2], "port": row[3], "backend_pid": row[4], "home": os.path.expanduser("~"),
+                  "listen_addresses": row[2], "port": row[3], "backend_parent": backend_parent, "home": os.path.expanduser("~"),
                   "uid": os.getuid(), "user": pwd.getpwuid(os.getuid()).pw_name,
                   "data_owner": pwd.getpwuid(os.stat(row[0]).st_uid).pw_name,
                   "postmaster_pid": server.postmaster_pid(), "results": str(config.results_dir())}))

@@ -10,6 +10,7 @@ student can reach another's database, files or server.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -17,12 +18,14 @@ import time
 import psutil
 import pytest
 
+from labkit.embedded import directories_setting
+
 from . import harness
 
 STUDENTS = ("alice", "bob", "carol")
 LEAVER = "dave"
 LAB = harness.ROOT / "notebooks" / "00-start-here.ipynb"
-DB_IDLE_STOP_S = 10  # LABKIT_IDLE_STOP of each student's server
+DB_IDLE_STOP_S = 2  # LABKIT_IDLE_STOP of each student's server
 IDLE_TIMEOUT_S = 45  # the culler's: longer than any one cell of lab 00 stays silent
 # The watchdog notices within its poll (2 s) once no kernel is left, waits DB_IDLE_STOP_S, then
 # stops PostgreSQL (a fast shutdown); the rest is room for a busy machine.
@@ -61,6 +64,18 @@ def wait_until(check, timeout: float, step: float = 0.5):
         time.sleep(step)
 
 
+def postmaster(uid: int) -> psutil.Process | None:
+    """The student's PostgreSQL server process: a postgres whose parent is not a postgres (initdb's own
+    bootstrap and single-user postgres are not one)."""
+    for process in psutil.process_iter(["name", "uids", "ppid", "cmdline"]):
+        if process.info["name"] == "postgres" and process.info["uids"].real == uid and not {
+                "--boot", "--single"} & set(process.info["cmdline"] or []):
+            with contextlib.suppress(psutil.Error):
+                if psutil.Process(process.info["ppid"]).name() != "postgres":
+                    return process
+    return None
+
+
 def test_a_class_of_students_each_with_their_own_postgres(hub):
     everyone = STUDENTS + (LEAVER,)
     hub.add_students(everyone)
@@ -70,50 +85,62 @@ def test_a_class_of_students_each_with_their_own_postgres(hub):
         hub.wait_ready(name)
     tokens = {name: hub.student_token(name) for name in everyone}
     kernels = {name: harness.Kernel(hub, name, LAB.name, tokens[name]) for name in everyone}
+    uids = {name: harness.system_user(name).pw_uid for name in everyone}
 
-    # The three labs, each in a thread of its own (its own event loop), all at once.
+    # The fourth student starts a long run first ...
+    kernels[LEAVER].start(LONG_RUN)
+    assert wait_until(lambda: [p for p in harness.processes_of(uids[LEAVER]) if p.startswith("pgbench")], 120), \
+        "the fourth student's pgbench never started"
+
+    # ... then the three labs, each in a thread of its own (its own event loop), all at once ...
     outcomes: dict[str, tuple[float, str | None]] = {}
+    ended: dict[str, float] = {}
 
     def lab_of(name):
         try:
             outcomes[name] = kernels[name].run_lab(LAB)
         except Exception as failure:  # noqa: BLE001 - reported by the assertion below
             outcomes[name] = (0.0, f"{type(failure).__name__}: {failure}")
+        ended[name] = time.monotonic()
 
     threads = [threading.Thread(target=lab_of, args=(name,)) for name in STUDENTS]
     for thread in threads:
         thread.start()
 
-    # Meanwhile the fourth student starts a long run and stops their server in the middle of it.
-    dave = harness.system_user(LEAVER)
-    kernels[LEAVER].start(LONG_RUN)
-    assert wait_until(lambda: [p for p in harness.processes_of(dave.pw_uid) if p.startswith("pgbench")], 120), \
-        "the fourth student's pgbench never started"
-    still_running = [name for name in STUDENTS if name not in outcomes]
+    # ... and once each of the three has their PostgreSQL, the fourth stops their server mid-run.
+    servers = wait_until(lambda: all(postmaster(uids[name]) for name in STUDENTS) and
+                         {name: postmaster(uids[name]) for name in STUDENTS}, 120)
+    assert servers, f"the three students' PostgreSQL did not all start: {outcomes}"
     hub.stop(LEAVER)
     stopped_at = time.monotonic()
-    left = wait_until(lambda: not harness.processes_of(dave.pw_uid), WATCHDOG_S) or harness.processes_of(dave.pw_uid)
+    left = wait_until(lambda: not harness.processes_of(uids[LEAVER]), WATCHDOG_S) or harness.processes_of(uids[LEAVER])
     assert left is True, f"{WATCHDOG_S} s after the fourth student stopped their server, still running: {left}"
-    print(f"dave stopped his server at pgbench's height; his PostgreSQL and pgbench were gone "
-          f"{time.monotonic() - stopped_at:.0f} s later; labs still running then: {still_running}")
-    assert still_running, "the labs finished before the fourth student left: nothing showed they were unharmed"
+    gone_at = time.monotonic()
+    print(f"dave stopped his server while pgbench ran; his PostgreSQL and pgbench were gone {gone_at - stopped_at:.0f} s later")
 
     for thread in threads:
         thread.join(600)
     for name in STUDENTS:
         seconds, error = outcomes.get(name, (0.0, "did not finish in 10 minutes"))
         assert error is None, f"{name}'s lab 00 failed: {error}"
-        print(f"{name}: lab 00 passed in {seconds:.0f} s")
+        assert ended[name] > gone_at, (f"{name}'s lab ended {gone_at - ended[name]:.0f} s before the fourth student's "
+                                       "PostgreSQL was gone: it did not run through the whole of their leaving")
+        print(f"{name}: lab 00 passed in {seconds:.0f} s, {ended[name] - gone_at:.0f} s after dave's PostgreSQL was gone")
 
-    # Each student's PostgreSQL is their own: data folder, socket folder, owner, process.
+    # Each student's PostgreSQL is their own (data folder, socket folder, owner, process), and the
+    # one that was running when the fourth student left (not restarted since).
     seen = {name: kernels[name].json(harness.IDENTITY) for name in STUDENTS}
     for name, found in seen.items():
         account = harness.system_user(name)
         assert found["user"] == found["data_owner"] == account.pw_name
         assert found["data_directory"].startswith(account.pw_dir + "/")
         assert found["socket_dir"].startswith(account.pw_dir + "/") and found["listen_addresses"] == ""
-        postmaster = psutil.Process(found["postmaster_pid"])
-        assert postmaster.uids().real == account.pw_uid and postmaster.name() == "postgres"
+        assert found["sockets"] == directories_setting(found["socket_dir"])  # what the server itself listens on
+        server = psutil.Process(found["postmaster_pid"])
+        assert server.uids().real == account.pw_uid and server.name() == "postgres"
+        assert found["backend_parent"] == server.pid  # the kernel's own connection is served by that server
+        assert (server.pid, server.create_time()) == (servers[name].pid, servers[name].create_time()), \
+            f"{name}'s PostgreSQL was restarted while the fourth student left"
     for key in ("data_directory", "socket_dir", "postmaster_pid", "home"):
         assert len({found[key] for found in seen.values()}) == len(STUDENTS), f"two students share a {key}"
 
@@ -125,16 +152,27 @@ def test_a_class_of_students_each_with_their_own_postgres(hub):
             f"{name} read {other}'s files: {outcome}"
         with pytest.raises(harness.Refused) as refused:
             hub.server_request(other, "api/sessions", token=tokens[name])
-        assert refused.value.code in (403, 404), f"{name} used {other}'s server: HTTP {refused.value.code}"
+        assert refused.value.code == 403, f"{name} on {other}'s server: HTTP {refused.value.code}"
+        assert hub.server_request(other, "api/sessions", token=tokens[other])  # the owner's own token works
 
-    # Idle now: the culler stops the three servers, and the watchdog their PostgreSQL.
-    idle_since = time.monotonic()
-    culled = wait_until(lambda: not any(hub.running(name) for name in STUDENTS), IDLE_TIMEOUT_S + 60, step=2)
-    assert culled, f"the idle culler left {[n for n in STUDENTS if hub.running(n)]} running {IDLE_TIMEOUT_S + 60} s after their last cell"
-    culled_after = time.monotonic() - idle_since
-    uids = [harness.system_user(name).pw_uid for name in STUDENTS]
-    left = wait_until(lambda: not any(harness.processes_of(uid) for uid in uids), WATCHDOG_S)
-    assert left, f"{WATCHDOG_S} s after the culler, still running: {[harness.processes_of(uid) for uid in uids]}"
-    print(f"the culler stopped the three servers {culled_after:.0f} s after their last cell; "
-          f"their PostgreSQL stopped {time.monotonic() - idle_since - culled_after:.0f} s later")
-    assert "idle-culler" in hub.log() and "Culling server" in hub.log()
+    # Idle now: the culler stops each server, and the watchdog each PostgreSQL, counted from its own cull.
+    culled: dict[str, float] = {}
+    deadline = time.monotonic() + IDLE_TIMEOUT_S + 60
+    while len(culled) < len(STUDENTS) and time.monotonic() < deadline:
+        for name in STUDENTS:
+            if name not in culled and not hub.running(name):
+                culled[name] = time.monotonic()
+            elif name not in culled:  # still up: their PostgreSQL must be too, the same one
+                assert postmaster(uids[name]) and postmaster(uids[name]).pid == seen[name]["postmaster_pid"], \
+                    f"{name}'s PostgreSQL stopped while their server (and kernel) still ran"
+        time.sleep(1)
+    assert len(culled) == len(STUDENTS), f"the idle culler left {set(STUDENTS) - set(culled)} running"
+    took = {}
+    for name in STUDENTS:
+        assert f"Culling server {name} (inactive" in hub.log(), f"{name}'s server stopped, but not by the culler"
+        left = wait_until(lambda name=name: not harness.processes_of(uids[name]),
+                          max(0.0, culled[name] + WATCHDOG_S - time.monotonic()))
+        assert left, f"{WATCHDOG_S} s after {name}'s server was culled, still running: {harness.processes_of(uids[name])}"
+        took[name] = time.monotonic() - culled[name]
+    print("the culler stopped the three servers; their PostgreSQL was gone "
+          + ", ".join(f"{seconds:.0f} s" for seconds in took.values()) + " after each cull (at most)")
