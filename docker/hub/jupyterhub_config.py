@@ -132,7 +132,7 @@ class StudentSpawner(LocalProcessSpawner):
         return env
 
 
-def class_profile(log=print) -> str:
+def class_profile() -> str:
     """LABKIT_HUB_PROFILE, or the profile each student's share of this machine suits."""
     chosen = env("LABKIT_HUB_PROFILE", "").strip()
     if chosen:
@@ -140,7 +140,7 @@ def class_profile(log=print) -> str:
     students = int(env("LABKIT_HUB_STUDENTS", "20"))
     cores, memory = machine_size()
     profile = for_class(students, cores, memory)
-    log(f"{students} students at once on {cores:g} CPUs and {memory / 2**30:.1f} GiB: the '{profile}' profile "
+    print(f"{students} students at once on {cores:g} CPUs and {memory / 2**30:.1f} GiB: the '{profile}' profile "
         "(set LABKIT_HUB_STUDENTS or LABKIT_HUB_PROFILE to change it)")
     return profile
 

@@ -42,16 +42,18 @@ from tests.hub import harness  # noqa: E402
 MIB = 2**20
 
 
-def student_pss(uid: int) -> int:
-    """The PSS of every process of ``uid``, added up (bytes)."""
-    total = 0
+def students_pss(uids: dict[str, int]) -> dict[str, int]:
+    """Each student's PSS: that of every process of their uid, added up (bytes), from one pass over the processes."""
+    names = {uid: name for name, uid in uids.items()}
+    totals = dict.fromkeys(uids, 0)
     for process in psutil.process_iter(["uids"]):
-        if process.info["uids"] and process.info["uids"].real == uid:
+        name = names.get(process.info["uids"].real) if process.info["uids"] else None
+        if name:
             try:
-                total += process.memory_full_info().pss
+                totals[name] += process.memory_full_info().pss
             except psutil.Error:
                 continue  # it ended between the listing and the read
-    return total
+    return totals
 
 
 def used() -> int:
@@ -74,8 +76,8 @@ class Sampler(threading.Thread):
     def run(self) -> None:
         while not self._done.is_set():
             started = time.thread_time()
-            for name, uid in self.uids.items():
-                self.peak[name] = max(self.peak[name], student_pss(uid))
+            for name, pss in students_pss(self.uids).items():
+                self.peak[name] = max(self.peak[name], pss)
             self.machine_peak = max(self.machine_peak, used())
             self.cpu_s += time.thread_time() - started
             self.samples += 1
@@ -99,7 +101,7 @@ def one_class(size: int, lab: Path, profile: str, every: float) -> None:
         kernels = {name: harness.Kernel(hub, name, lab.name, hub.student_token(name)) for name in names}
         for kernel in kernels.values():
             kernel.json("print(1)")  # each kernel started and answering
-        opened = {name: student_pss(uid) for name, uid in uids.items()}  # server and an idle kernel, no PostgreSQL yet
+        opened = students_pss(uids)  # server and an idle kernel, no PostgreSQL yet
         outcomes: dict[str, tuple[float, str | None]] = {}
 
         def run(name):
@@ -119,7 +121,7 @@ def one_class(size: int, lab: Path, profile: str, every: float) -> None:
         wall = time.monotonic() - started
         sampler.stop()
         time.sleep(5)
-        idle = {name: student_pss(uid) for name, uid in uids.items()}  # kernel open, PostgreSQL up, nothing running
+        idle = students_pss(uids)  # kernel open, PostgreSQL up, nothing running
         runs = {name: records.list_runs(Path(harness.system_user(name).pw_dir) / ".local" / "share" / "labkit" / "results",
                                         notebook=lab.stem) for name in names}
         done = {name: sum(run.transactions or 0 for run in runs[name]) for name in names}

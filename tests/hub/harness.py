@@ -17,7 +17,6 @@ import pwd
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+
+from labkit.embedded import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = ROOT / "docker" / "hub" / "jupyterhub_config.py"
@@ -93,12 +94,6 @@ def install_proxy() -> str:
     found = proxy_command()
     assert found, "npm installed configurable-http-proxy, but its command is not in .ci/proxy/node_modules/.bin"
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def system_user(name: str) -> pwd.struct_passwd:
@@ -204,7 +199,7 @@ class Hub:
                                             env=environment, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 60
         while True:
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, Refused):  # not listening yet, or the proxy has no route to it yet
                 self.api("GET", "")
                 return self
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -231,19 +226,12 @@ class Hub:
         return (self.folder / "hub.log").read_text(encoding="utf-8", errors="replace")
 
     def api(self, method: str, path: str, body=None, *, token: str | None = None):
-        request = urllib.request.Request(f"{self.url}/hub/api/{path}", method=method,
-                                         data=None if body is None else json.dumps(body).encode(),
-                                         headers={"Authorization": f"token {token or self.token}",
-                                                  "Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(request, timeout=60) as response:
-                text = response.read()
-        except urllib.error.HTTPError as failure:
-            failure.close()  # it holds the response open
+            return request(f"{self.url}/hub/api/{path}", method, body, token or self.token)
+        except Refused as failure:
             if failure.code < 500:
                 raise
             raise RuntimeError(f"{method} {path}: HTTP {failure.code}; the hub's log ends:\n{self.log()[-4000:]}") from None
-        return json.loads(text) if text else None
 
     def add_students(self, names) -> None:
         self.api("POST", "users", {"usernames": list(names)})
@@ -264,7 +252,7 @@ class Hub:
         return bool(self.api("GET", f"users/{name}").get("servers", {}).get(""))
 
     def stop(self, name: str) -> None:
-        with contextlib.suppress(urllib.error.HTTPError):
+        with contextlib.suppress(Refused):
             self.api("DELETE", f"users/{name}/server")
 
     def student_token(self, name: str) -> str:
@@ -272,19 +260,24 @@ class Hub:
 
     def server_request(self, name: str, path: str, *, token: str, body=None, method: str | None = None):
         """A request to ``name``'s single-user server (through the proxy), as the holder of ``token``."""
-        request = urllib.request.Request(f"{self.url}/user/{name}/{path}", method=method or ("POST" if body else "GET"),
-                                         data=None if body is None else json.dumps(body).encode(),
-                                         headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=60) as response:
-                return json.loads(response.read() or b"null")
-        except urllib.error.HTTPError as failure:
-            failure.close()  # it holds the response open
-            raise Refused(failure.code) from None
+        return request(f"{self.url}/user/{name}/{path}", method or ("POST" if body else "GET"), body, token)
+
+
+def request(url: str, method: str, body, token: str):
+    """An HTTP request with a JSON body and an API token; the JSON answer (None when empty), or :class:`Refused`."""
+    message = urllib.request.Request(url, method=method, data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Authorization": f"token {token}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(message, timeout=60) as response:
+            text = response.read()
+    except urllib.error.HTTPError as failure:
+        failure.close()  # it holds the response open
+        raise Refused(failure.code) from None
+    return json.loads(text) if text else None
 
 
 class Refused(Exception):
-    """A single-user server's answer other than 2xx (``code``)."""
+    """An HTTP answer other than 2xx (``code``)."""
 
     def __init__(self, code: int):
         super().__init__(f"HTTP {code}")
