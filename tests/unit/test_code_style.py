@@ -1,5 +1,6 @@
 """Habits the project keeps: ruff, mypy and vulture find nothing; one module connects; notebooks carry no outputs."""
 
+import ast
 import json
 import subprocess
 import sys
@@ -90,11 +91,80 @@ def test_no_dead_code(tmp_path):
     assert unused == []
 
 
+# What opens a connection, by its full dotted name once a module's imports are resolved: a driver's
+# connect (psycopg.connect, psycopg.Connection.connect, psycopg.AsyncConnection.connect, ...), an
+# SQLAlchemy engine (it connects whenever it is used), a connection pool.
+DRIVERS = ("psycopg", "psycopg2", "asyncpg", "pg8000")
+ENGINES = ("sqlalchemy.create_engine", "sqlalchemy.engine.create_engine", "sqlalchemy.create_mock_engine",
+           "sqlalchemy.engine_from_config", "sqlalchemy.ext.asyncio.create_async_engine")
+
+
+def opens_a_connection(name: str) -> bool:
+    last = name.rsplit(".", 1)[-1]
+    return ((name.split(".")[0] in DRIVERS and last == "connect") or name in ENGINES
+            or (name.startswith("psycopg_pool.") and last.endswith("Pool")))
+
+
+def connecting_names(source: str) -> list[str]:
+    """Each use of something that opens a connection in ``source``, as ``line: full.name``.
+
+    Names are resolved through the module's imports (``import psycopg as pg``, ``from psycopg
+    import connect, Connection``), so any spelling counts; a use that is not a call (a function
+    handed on, ``creator=psycopg.connect``) counts too.
+    """
+    tree = ast.parse(source)
+    imported: dict[str, str] = {}  # a name bound by an import -> the dotted name it stands for
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    imported[alias.asname] = alias.name
+                else:  # import psycopg.conninfo binds psycopg
+                    imported[alias.name.split(".")[0]] = alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            for alias in node.names:
+                imported[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+
+    def dotted(node: ast.expr) -> str | None:
+        if isinstance(node, ast.Name):
+            return imported.get(node.id)
+        if isinstance(node, ast.Attribute):
+            base = dotted(node.value)
+            return f"{base}.{node.attr}" if base else None
+        return None
+
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Name, ast.Attribute)) and isinstance(node.ctx, ast.Load):
+            name = dotted(node)
+            if name and opens_a_connection(name):
+                found.append(f"{node.lineno}: {name}")
+    return found
+
+
+@pytest.mark.parametrize("source", [
+    "from psycopg import connect\nconnect('')",
+    "import psycopg\npsycopg.Connection.connect('')",
+    "import psycopg as pg\npg.connect('')",
+    "from psycopg import AsyncConnection as C\nC.connect('')",
+    "import sqlalchemy\nsqlalchemy.create_engine('postgresql://', creator=None)",
+    "import psycopg\nfactory = psycopg.connect",
+])
+def test_every_spelling_of_a_connection_is_found(source):
+    assert len(connecting_names(source)) == 1, source
+
+
+def test_what_does_not_connect_is_not_found():
+    assert connecting_names("import psycopg.conninfo\nfrom . import db\nfrom psycopg import sql\n"
+                            "c: psycopg.Connection | None = db.connect('')\npsycopg.conninfo.make_conninfo('')") == []
+
+
 def test_one_module_connects():
-    """labkit.db sets every connection's options and names its role; no other module calls psycopg.connect."""
-    callers = sorted(path.name for path in (ROOT / "labkit").glob("*.py")
-                     if "psycopg.connect(" in path.read_text(encoding="utf-8"))
-    assert callers == ["db.py"]
+    """labkit.db sets every connection's options and names its role: no other module opens a connection."""
+    found = {path.relative_to(ROOT).as_posix(): connecting_names(path.read_text(encoding="utf-8"))
+             for path in sorted((ROOT / "labkit").rglob("*.py"))}
+    assert "psycopg.connect" in " ".join(found.pop("labkit/db.py"))  # the one place, found by the same search
+    assert {path: names for path, names in found.items() if names} == {}
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda path: path.name)

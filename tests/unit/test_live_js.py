@@ -28,7 +28,8 @@ const FAKE_PLOTLY = `globalThis.Plotly = { version: "9.9.9",
   purge: () => calls.push("purge"), Plots: { resize: () => calls.push("resize") } };`;
 const BROKEN = "throw new Error('broken plotly');";
 let source = FAKE_PLOTLY;
-URL.createObjectURL = () => "data:text/javascript," + encodeURIComponent(source);
+let loads = 0;
+URL.createObjectURL = () => { loads += 1; return "data:text/javascript," + encodeURIComponent(source); };
 URL.revokeObjectURL = () => {};
 function model(traits) {
   const listeners = {};
@@ -39,6 +40,7 @@ function model(traits) {
 const element = () => ({ style: {}, textContent: "", isConnected: true, clientWidth: 800 });
 const pause = (ms) => new Promise((r) => setTimeout(r, ms));
 const figure = (y) => JSON.stringify({ data: [{ y }], layout: {} });
+const nativeAny = AbortSignal.any;  // Node 20+ has it; Node 18, like Safari < 17.4, does not
 const loader = (await import(process.argv[1])).default;
 const live = (await import(process.argv[2])).default;
 const out = {};
@@ -69,11 +71,33 @@ SCENARIOS = {
         await pause(200); console.error = error;
         out.text = el.textContent; out.reset = globalThis.__labkitPlotly === undefined;
     """,
+    # the page already has the same plotly.js (JupyterLab's, or another kernel's): nothing is loaded, the
+    # chart draws with the page's; a page with another version gets the kernel's
     "already_there": """
-        globalThis.Plotly = { version: "9.9.9", react: () => calls.push("theirs"), purge() {}, Plots: {} };
+        globalThis.Plotly = { version: "9.9.9", react: () => { calls.push("theirs"); return Promise.resolve(); },
+                              purge() {}, Plots: {} };
         loader.initialize({ model: model({ source: "x", version: "9.9.9" }) });
-        out.loading = globalThis.__labkitPlotly !== undefined;
-        out.anyAbort = typeof AbortSignal.any;
+        out.same = [loads, globalThis.__labkitPlotly === undefined];
+        const el = element();
+        const cleanup = await live.render({ model: model({ figure: figure([1]) }), el });
+        await pause(100); out.drawn = [...calls]; cleanup();
+        globalThis.Plotly = { version: "1.0.0", react() {}, purge() {}, Plots: {} };
+        loader.initialize({ model: model({ source: "x", version: "9.9.9" }) });
+        out.other = [loads, (await globalThis.__labkitPlotly).version];
+    """,
+    # anywidget's views call AbortSignal.any: where the browser has none, the loader provides one
+    "abort_any": """
+        out.nativeKept = nativeAny === undefined || AbortSignal.any === nativeAny;
+        delete AbortSignal.any;  // an older browser's page
+        await import(process.argv[1] + "?older-browser");  // the loader again, as that page evaluates it
+        const a = new AbortController(), b = new AbortController();
+        const either = AbortSignal.any([a.signal, b.signal]);
+        out.before = either.aborted;
+        b.abort("b stopped");
+        out.after = [either.aborted, either.reason];
+        const early = new AbortController(); early.abort("already");
+        const late = AbortSignal.any([a.signal, early.signal]);
+        out.already = [late.aborted, late.reason];
     """,
 }
 
@@ -102,4 +126,14 @@ def test_a_failed_load_is_said_in_the_chart_and_can_be_tried_again():
 
 def test_a_page_with_the_same_plotly_js_loads_nothing():
     out = run("already_there")
-    assert out == {"loading": False, "anyAbort": "function"}
+    assert out["same"] == [0, True]  # no import started, nothing for the charts to await
+    assert out["drawn"] == ["theirs"]  # the chart drew with the page's plotly.js
+    assert out["other"] == [1, "9.9.9"]  # another version on the page: the kernel's is loaded
+
+
+def test_an_older_browser_gets_abort_signal_any():
+    out = run("abort_any")
+    assert out["nativeKept"]  # a browser's own is left alone
+    assert out["before"] is False
+    assert out["after"] == [True, "b stopped"]  # aborted by any one of its signals, with that one's reason
+    assert out["already"] == [True, "already"]  # a signal aborted beforehand aborts it at once

@@ -1,5 +1,6 @@
 """From recorded pgbench 18 outputs to a run record, and when a run counts as failed (no process, no server)."""
 
+import dataclasses
 from pathlib import Path
 
 from labkit import pgbench, run_record
@@ -35,7 +36,11 @@ def test_a_stalled_run_becomes_a_record_with_its_stall_and_probe_clock():
     assert run.overrun_s == round(4.3 - 0.004692 - 4, 2)  # wall time past -T, after connecting
     assert run.probes["waits"][0]["t"] == round(1.0047 - 0.004692, 3)  # probes on pgbench's clock
     assert run.argv == ["-n", "-P", "1"] and run.server["version"] == "18.6"
-    assert run_record.failure(outputs_of("pgbench18_stall", exit_code=0), run) is None
+    # pgbench's exit code alone does not fail a run: one that completed transactions is kept (its clients
+    # that aborted are in its errors), one that completed none and said nothing fails with the code
+    assert run_record.failure(outputs_of("pgbench18_stall", exit_code=2), run) is None
+    assert run_record.failure(outputs_of("pgbench18_stall", exit_code=2),
+                              dataclasses.replace(run, transactions=0)) == "pgbench exited with code 2"
 
 
 def test_the_transaction_log_gives_100ms_bins_and_percentiles():
