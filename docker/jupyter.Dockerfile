@@ -8,6 +8,9 @@ WORKDIR /home/lab/labs
 COPY --chown=lab:lab pyproject.toml README.md ./
 COPY --chown=lab:lab labkit ./labkit
 COPY --chown=lab:lab data ./data
+# the lab server's image files: pyproject.toml ships them in the package (labkit/docker)
+COPY --chown=lab:lab docker/Dockerfile ./docker/
+COPY --chown=lab:lab docker/initdb ./docker/initdb
 COPY --chown=lab:lab notebooks ./notebooks
 RUN pip install --no-cache-dir -e . && mkdir -p /home/lab/.local/share/labkit && chown -R lab:lab /home/lab
 USER lab

@@ -74,6 +74,20 @@ def pg_bin_override() -> Path | None:
     return Path(explicit).expanduser() if explicit else None
 
 
+def shipped(name: str) -> Path:
+    """A folder of files that comes with labkit (``docker``, ``data``): in the installed package, or a checkout's top.
+
+    A wheel carries them inside the package (pyproject.toml); a source checkout, installed
+    editable or not at all, has them at the top of the repository, beside ``labkit/``.
+    """
+    package = Path(__file__).resolve().parent
+    for folder in (package / name, package.parent / name):
+        if folder.is_dir():
+            return folder
+    raise FileNotFoundError(f"labkit's {name} folder is missing from this install (neither {package / name} nor "
+                            f"{package.parent / name} exists): reinstall pg-concurrency-labs.")
+
+
 def private_dir(path: Path, mode: int = 0o700) -> Path:
     """Create ``path`` (and parents) if needed; the leaf gets ``mode``, never world-writable.
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import psycopg
 import psycopg.conninfo
 
-from . import db
+from . import config, db
 from .backend import Server, Status, lab_settings, quote_setting
 from .errors import LabkitError, ServerStartFailed, tail
 from .profiles import Profile
@@ -24,7 +24,11 @@ from .profiles import Profile
 log = logging.getLogger(__name__)
 
 IMAGE_TAG = "pg-concurrency-labs-postgres:18"
-DOCKER_DIR = Path(__file__).resolve().parent.parent / "docker"
+
+
+def docker_dir() -> Path:
+    """The image's build context (``docker/``): inside the installed package, or at a checkout's top."""
+    return config.shipped("docker")
 
 
 def engine_problem(timeout: float = 3.0) -> str | None:
@@ -136,7 +140,11 @@ class DockerServer(Server):
         from testcontainers.community.postgres import PostgresContainer
         from testcontainers.core.image import DockerImage
 
-        image = DockerImage(path=str(DOCKER_DIR), tag=IMAGE_TAG)
+        try:
+            context = docker_dir()
+        except FileNotFoundError as missing:
+            raise ServerStartFailed(str(missing)) from None
+        image = DockerImage(path=str(context), tag=IMAGE_TAG)
         image.build()
         self.container = PostgresContainer(IMAGE_TAG, username="postgres", password="lab", dbname="postgres",
                                            driver=None)

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +20,7 @@ from labkit.errors import ServerStartFailed
 from labkit.profiles import Profile
 
 pytestmark = pytest.mark.integration
-ROOT = docker_backend.DOCKER_DIR.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class FakeWrapped:
