@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import psycopg.conninfo
+import psycopg.pq
 
 from . import config
 from .errors import UsageError
@@ -148,14 +150,15 @@ def quote_setting(value) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
-# libpq's connection parameters and the environment variables that carry them.
-_LIBPQ_ENVIRONMENT = {
-    "host": "PGHOST", "hostaddr": "PGHOSTADDR", "port": "PGPORT", "user": "PGUSER", "password": "PGPASSWORD",
-    "dbname": "PGDATABASE", "passfile": "PGPASSFILE", "sslmode": "PGSSLMODE", "sslrootcert": "PGSSLROOTCERT",
-    "sslcert": "PGSSLCERT", "sslkey": "PGSSLKEY", "options": "PGOPTIONS", "connect_timeout": "PGCONNECT_TIMEOUT",
-    "target_session_attrs": "PGTARGETSESSIONATTRS", "channel_binding": "PGCHANNELBINDING",
-    "gssencmode": "PGGSSENCMODE", "sslnegotiation": "PGSSLNEGOTIATION", "application_name": "PGAPPNAME",
-}
+@cache
+def _libpq_variables() -> dict[str, str]:
+    """The connection parameters libpq reads from environment variables, and those variables (libpq's own list).
+
+    >>> _libpq_variables()["host"], _libpq_variables()["require_auth"], "keepalives" in _libpq_variables()
+    ('PGHOST', 'PGREQUIREAUTH', False)
+    """
+    return {option.keyword.decode(): option.envvar.decode() for option in psycopg.pq.Conninfo.get_defaults()
+            if option.envvar}
 
 
 def libpq_environment(conninfo: str) -> dict[str, str]:
@@ -168,11 +171,12 @@ def libpq_environment(conninfo: str) -> dict[str, str]:
     [('PGDATABASE', 'lab_x'), ('PGHOST', 'labkit run'), ('PGPASSWORD', 's3cret'), ('PGPORT', '5432'), ('PGUSER', 'postgres')]
     """
     parameters = psycopg.conninfo.conninfo_to_dict(conninfo)
-    unknown = [name for name in parameters if name not in _LIBPQ_ENVIRONMENT]
+    variables = _libpq_variables()
+    unknown = [name for name in parameters if name not in variables]
     if unknown:
-        raise UsageError(f"labkit cannot pass the connection parameter(s) {', '.join(unknown)} to pgbench: "
-                         "leave them out of LABKIT_DSN.")
-    return {_LIBPQ_ENVIRONMENT[name]: str(value) for name, value in parameters.items()}
+        raise UsageError(f"labkit cannot pass the connection parameter(s) {', '.join(unknown)} to pgbench (libpq "
+                         "reads them from no environment variable): leave them out of LABKIT_DSN.")
+    return {variables[name]: str(value) for name, value in parameters.items()}
 
 
 @dataclass(frozen=True)
