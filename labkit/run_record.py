@@ -6,6 +6,7 @@ the record. Tested on real pgbench output recorded in ``tests/data/pgbench``.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -117,13 +118,36 @@ def failure(outputs: Outputs, run: Run) -> str | None:
     """Why a run failed (pgbench's own first error), or None when it did work or was interrupted.
 
     A run that ended with an error but completed transactions (some clients aborted) is kept:
-    its record lists the errors.
+    its record lists the errors. Without one, the exit code says what happened: on Windows a
+    code from 0x80000000 up is an exception status (NTSTATUS), i.e. a crash, written in hex as
+    Windows documents it; on POSIX a negative code is the signal that killed it.
+
+    >>> crashed = Outputs(stdout="", stderr="", progress=[], wall_s=1.0, exit_code=3221225477)
+    >>> failure(crashed, Run("r", "nb", "ci", "now"))
+    'pgbench crashed (exit code 0xC0000005: access violation)'
     """
     if outputs.interrupted or outputs.exit_code == 0 or run.transactions:
         return None
     if run.errors:
         return run.errors[0]
-    return f"pgbench exited with code {outputs.exit_code}"
+    code = outputs.exit_code
+    if code is not None and code >= 0x80000000:
+        status = f"0x{code:08X}"
+        if code == 0xC000013A:  # STATUS_CONTROL_C_EXIT: not a crash
+            return f"pgbench was stopped by Ctrl+C or its console closing (exit code {status})"
+        name = _WINDOWS_CRASHES.get(code)
+        return f"pgbench crashed (exit code {status}{': ' + name if name else ''})"
+    if code is not None and code < 0:
+        import signal
+
+        with contextlib.suppress(ValueError):
+            return f"pgbench was killed by signal {signal.Signals(-code).name}"
+    return f"pgbench exited with code {code}"
+
+
+# The NTSTATUS codes a crashed Windows program most often ends with (ntstatus.h).
+_WINDOWS_CRASHES = {0xC0000005: "access violation", 0xC00000FD: "stack overflow", 0xC0000409: "stack buffer overrun",
+                    0xC0000017: "out of memory", 0xC0000135: "a DLL it needs was not found"}
 
 
 def no_progress(run: Run) -> str | None:
