@@ -27,7 +27,7 @@ from .records import Run
 STALL_COLOR = style.STALL_COLOR
 TPS_NAME = "tps per second"  # the browser test finds the live chart's tps by this name
 GOODPUT_NAME = "goodput (work per second)"
-STALL_NAME = "stall (tps < 10% of median)"
+STALL_NAME = "stall (tps < 10% of the steady median)"
 MAX_WAIT_SERIES = 7
 NAMED_FIRST, NAMED_SHARE = 4, 0.05  # events named before any class is folded: the largest, if not tiny
 OTHER_WAITS = "other waits"
@@ -125,6 +125,27 @@ def _stall_shapes(stalls) -> list[dict]:
              fillcolor=STALL_COLOR, line_width=0, layer="below")
         for s in stalls
     ]
+
+
+def _phase_shapes(run: Run) -> list[dict]:
+    """The start and the tail, shaded apart from stalls: the run's figures leave both out."""
+    parts = run.phase_parts()
+    if parts is None:
+        return []
+    bands = [("start", 0, parts.steady_from_s, style.START_COLOR), ("tail", parts.steady_to_s, parts.end_s,
+                                                                      style.TAIL_COLOR)]
+    return [dict(type="rect", name=name, xref="x", yref="paper", x0=x0, x1=x1, y0=0, y1=1, fillcolor=color,
+                 line_width=0, layer="below") for name, x0, x1, color in bands if x1 - x0 >= 0.05]
+
+
+def _phase_keys(run: Run) -> list:
+    """Legend entries for the start and tail bands."""
+    go, _ = _go()
+    names = {shape["name"]: shape["fillcolor"] for shape in _phase_shapes(run)}
+    labels = {"start": "start: connecting, first second (left out)", "tail": "tail: after the planned end (left out)"}
+    return [go.Scatter(x=[None], y=[None], name=labels[name], mode="markers", hoverinfo="skip",
+                       marker=dict(symbol="square", size=14, color=color, line=dict(width=0)))
+            for name, color in names.items()]
 
 
 def _stall_key(shown: bool):
@@ -400,13 +421,15 @@ def timeline(run: Run, *, title: str | None = None, probes: list[str] | None = N
         _add(figure, _goodput_trace(run.probes[WORK], color), 1)
     if run.stalls:
         _add(figure, _stall_key(True), 1)
+    for key in _phase_keys(run):
+        _add(figure, key, 1)
     for trace in _latency_traces(run):
         _add(figure, trace, 2)
     for index, row in enumerate(rows[2:], start=3):
         traces = _wait_traces(run.probes[row]) if row == "waits" else _probe_traces(row, run.probes[row])
         for trace in traces:
             _add(figure, trace, index)
-    figure.update_layout(shapes=_stall_shapes(run.stalls) + _planned_end_shapes(run.duration_s))
+    figure.update_layout(shapes=_phase_shapes(run) + _stall_shapes(run.stalls) + _planned_end_shapes(run.duration_s))
     if run.duration_s:
         figure.add_annotation(_planned_end_label(run.duration_s, run.overrun_s))
     warning = (run.extra.get("cpu") or {}).get("warning")

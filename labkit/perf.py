@@ -77,15 +77,16 @@ def dwarf_works() -> bool:
 
 
 class Recording:
-    """``perf record -e cpu-clock`` attached to one process tree (the server) while a run goes on.
+    """``perf record -e cpu-clock`` attached to processes (a run's backends) while a run goes on.
 
-    perf follows the processes the server forks after it attached, so the backends of the
-    run are recorded. ``stop()`` ends it and returns a :class:`CpuProfile` (or None when perf could
-    not record: the reason is in ``message``).
+    ``pids`` are the processes to record. With ``follow`` (a run that connects anew for each
+    transaction: its backends come and go), perf attaches to the one process given (the server)
+    and follows what it forks after attaching. ``stop()`` ends it and returns a
+    :class:`CpuProfile` (or None when perf could not record: the reason is in ``message``).
     """
 
-    def __init__(self, pid: int, *, frequency: int = 199, call_graph: bool = True, top: int = 60):
-        self.pid = pid
+    def __init__(self, pids: int | list[int], *, frequency: int = 199, call_graph: bool = True, top: int = 60):
+        self.pids = [pids] if isinstance(pids, int) else list(pids)
         self.frequency = frequency
         self.call_graph = call_graph and dwarf_works()
         self.top = top
@@ -94,14 +95,14 @@ class Recording:
         self.process: subprocess.Popen | None = None
         self.message = ""
         try:
-            self.server_program = psutil.Process(pid).exe()
-        except psutil.Error:
+            self.server_program = psutil.Process(self.pids[0]).exe()
+        except (psutil.Error, IndexError):
             self.server_program = ""
 
     def argv(self) -> list[str]:
         graph = ["--call-graph", "dwarf,8192"] if self.call_graph else []
         return [shutil.which("perf") or "perf", "record", "-q", "-e", "cpu-clock", "-F", str(self.frequency),
-                *graph, "-p", str(self.pid), "-o", str(self.output)]
+                *graph, "-p", ",".join(map(str, self.pids)), "-o", str(self.output)]
 
     def start(self) -> Recording:
         self.process = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -267,12 +268,26 @@ def fold_script(text: str, *, limit: int | None = None) -> dict[str, int]:
 
 
 def figures(recording: Recording | None, reason: str | None) -> dict:
-    """What a run keeps in ``extra.perf``: the profile, or in one line why there is none."""
+    """What a run keeps in ``extra.perf``: the profile, or in one line why there is none.
+
+    A recording with no sample of the run's processes is said so, never stored as a profile:
+    ``available`` is True only when there are samples to read.
+    """
     if recording is None:
         return {"available": False, "message": reason or "perf was not started"}
-    profile = recording.stop()
+    try:
+        profile = recording.stop()
+    except subprocess.TimeoutExpired as error:
+        return {"available": False, "message": f"perf report took longer than {error.timeout:.0f} s: the run is kept "
+                                               "without its profile (a shorter run, or fewer clients, records less)"}
+    except OSError as error:
+        return {"available": False, "message": f"perf could not report ({error}): the run is kept without its profile"}
     if profile is None:
         return {"available": False, "message": recording.message}
+    if not profile.samples or not profile.symbols:
+        return {"available": False, "message": f"perf recorded no samples of the run's backends ({len(recording.pids)} "
+                                               "process(es) attached): the run was too short or the machine too busy "
+                                               "for perf to attach in time; wait events only"}
     return {"available": True, **profile.to_dict()}
 
 
@@ -295,15 +310,16 @@ def table(run, *, top: int = 12):
     import pandas as pd
 
     figures = profile_of(run)
-    if not figures.get("available"):
-        return pd.DataFrame([{"perf": figures.get("message", "not available")}])
+    if not figures.get("available") or not figures.get("symbols"):
+        return pd.DataFrame([{"perf": figures.get("message", "perf recorded no symbols")}])
     frame = pd.DataFrame(figures["symbols"][:top])
     return frame[["symbol", "dso", "self", "children"]].rename(columns={"self": "self %", "children": "children %"})
 
 
 def recorded(run) -> bool:
-    """Whether perf recorded this run (its figures exist)."""
-    return bool(profile_of(run).get("available"))
+    """Whether perf recorded samples of this run (a profile with symbols to read)."""
+    figures = profile_of(run)
+    return bool(figures.get("available") and figures.get("samples") and figures.get("symbols"))
 
 
 def share(run, symbol: str, *, inclusive: bool = False) -> float | None:

@@ -620,8 +620,9 @@ def bin_log(frame, start_s: float, width_s: float = 0.1, *, sampling_rate: float
     count = max(1, math.ceil((last - start_s) / width_s - 1e-9))
     index = np.floor((frame["end_s"].to_numpy() - start_s) / width_s).astype(int)
     inside = (index >= 0) & (index < count)
-    ok = (frame["status"].to_numpy() == "ok") & inside
-    failed = (frame["status"].to_numpy() == "failed") & inside
+    status = frame["status"].to_numpy()
+    ok = (status == "ok") & inside
+    failed = failed_mask(frame) & inside
     ok_counts = np.bincount(index[ok], minlength=count)
     failed_counts = np.bincount(index[failed], minlength=count)
     latency = frame["latency_ms"].to_numpy()
@@ -642,6 +643,56 @@ def bin_log(frame, start_s: float, width_s: float = 0.1, *, sampling_rate: float
             max_ms=float(sorted_values[-1]) if sorted_values is not None else None,
         ))
     return bins
+
+
+def failed_mask(frame):
+    """Which logged transactions failed: ``failed``, or the kind ``--failures-detailed`` writes instead.
+
+    With ``--failures-detailed`` pgbench 18 logs ``serialization`` or ``deadlock`` where it
+    otherwise logs ``failed`` (``doLog`` in pgbench.c); ``skipped`` (``-L``) is not a failure.
+
+    >>> import pandas as pd
+    >>> failed_mask(pd.DataFrame({"status": ["ok", "failed", "serialization", "deadlock", "skipped"]})).tolist()
+    [False, True, True, True, False]
+    """
+    status = frame["status"].to_numpy()
+    return (status != "ok") & (status != "skipped")
+
+
+def client_ends(frame, zero_s: float) -> dict[int, float]:
+    """Each client's last logged transaction end, in seconds from ``zero_s`` (a Unix time)."""
+    if frame.empty or "client" not in frame:
+        return {}
+    ends = frame.groupby("client")["end_s"].max() - zero_s
+    return {int(client): round(float(end), 6) for client, end in ends.items()}
+
+
+def window_figures(frame, from_s: float, to_s: float, *, sampling_rate: float = 1.0) -> dict:
+    """Transactions, tps, failures and latencies of the logged transactions that ended in ``(from_s, to_s]``.
+
+    Times are Unix times; a sampled log (``--sampling-rate``) is scaled back to all transactions.
+
+    >>> import pandas as pd
+    >>> f = pd.DataFrame({"end_s": [10.5, 11.2, 11.9, 12.5], "latency_ms": [1.0, 2.0, None, 4.0],
+    ...                   "status": ["ok", "ok", "failed", "ok"]})
+    >>> figures = window_figures(f, 11.0, 12.0)
+    >>> figures["transactions"], figures["tps"], figures["failures"], figures["latency_ms"]["max"]
+    (1, 1.0, 1, 2.0)
+    """
+    seconds = to_s - from_s
+    end = frame["end_s"].to_numpy()
+    inside = (end > from_s) & (end <= to_s)
+    window = frame[inside]
+    ok = window[window["status"].to_numpy() == "ok"]
+    transactions = round(len(ok) / sampling_rate)
+    return {
+        "seconds": round(seconds, 3),
+        "transactions": transactions,
+        "tps": round(len(ok) / sampling_rate / seconds, 3) if seconds > 0 else None,
+        "failures": round(int(failed_mask(window).sum()) / sampling_rate),
+        "latency_ms": latency_figures(ok),
+        "source": "transaction log" + (f" (sampled at {sampling_rate:g})" if sampling_rate != 1 else ""),
+    }
 
 
 def percentile(sorted_values, q: float) -> float:
@@ -711,6 +762,7 @@ def find_stalls(points: list[tuple[float, float]], *, fraction: float = 0.1, wid
 
 __all__ = [
     "Bin", "Problems", "Progress", "Script", "Spec", "Stall", "StatementLatency", "Summary",
-    "bin_log", "build_argv", "check_capacity", "find_stalls", "latency_figures", "log_frame", "log_start",
+    "bin_log", "build_argv", "check_capacity", "client_ends", "failed_mask", "find_stalls", "latency_figures",
+    "log_frame", "log_start", "window_figures",
     "parse_errors", "parse_options", "parse_progress", "parse_summary", "percentile", "split_options",
 ]

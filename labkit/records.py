@@ -17,8 +17,11 @@ from pathlib import Path
 from . import config
 from .config import ENCODING
 from .errors import UsageError
+from .phases import Phases, progress_intervals
 
-FORMAT = 1
+PARTS = ("start", "steady", "tail")
+
+FORMAT = 2  # 2: the run's phases, its steady and whole-run figures, repeats
 
 
 @dataclass
@@ -38,9 +41,9 @@ class Run:
     mode: str = "simple"
     argv: list[str] = field(default_factory=list)
     wall_s: float | None = None  # from pgbench's start to its exit
-    overrun_s: float | None = None  # wall time past -T (a stuck transaction holds the run)
-    tps: float | None = None
-    latency_ms: dict = field(default_factory=dict)  # avg, stddev, p50, p95, p99, max
+    overrun_s: float | None = None  # the tail: seconds past -T while the last transactions finished
+    tps: float | None = None  # over the steady phase (pgbench's own figure for the whole run: whole["tps"])
+    latency_ms: dict = field(default_factory=dict)  # avg, stddev, p50, p95, p99, max, over the steady phase
     transactions: int | None = None
     failures: int = 0
     serialization_failures: int | None = None  # failed transactions by kind (pgbench 15+, None before)
@@ -53,10 +56,16 @@ class Run:
     per_second: list[dict] = field(default_factory=list)  # t, tps, lat_ms, stddev_ms, failed
     fine: list[dict] = field(default_factory=list)  # 100 ms bins: t, tps, p99_ms, max_ms
     fine_width_s: float | None = None
-    stalls: list[dict] = field(default_factory=list)  # start, end (seconds from run start)
+    stalls: list[dict] = field(default_factory=list)  # start, end (seconds from run start), in the steady phase
     probes: dict = field(default_factory=dict)  # probe name -> list of samples {t, ...}
     statements: list[dict] = field(default_factory=list)
     extra: dict = field(default_factory=dict)
+    phases: dict = field(default_factory=dict)  # labkit.phases.Phases: start, steady, tail
+    steady: dict = field(default_factory=dict)  # seconds, transactions, tps, failures, latency_ms, source
+    whole: dict = field(default_factory=dict)  # pgbench's own figures for the whole run: tps, transactions, latency_ms
+    repeat: int | None = None  # this run's place among the repeats of one cell (1, 2, ...)
+    repeats: int | None = None  # how many repeats the cell asked for
+    series: str | None = None  # shared by the repeats of one cell: they are kept together
     format: int = FORMAT
     path: str | None = None
 
@@ -78,19 +87,47 @@ class Run:
         for key in ("avg", "p50", "p95", "p99", "max"):
             row[f"lat_{key}_ms"] = _round(self.latency_ms.get(key), 3)
         row["stall_s"] = self.stall_seconds
+        row["steady_s"] = self.phases.get("steady_s")
         row["wall_s"] = _round(self.wall_s, 1)
         if self.overrun_s:
             row["overrun_s"] = _round(self.overrun_s, 1)
+        if self.repeats and self.repeats > 1:
+            row["repeat"] = f"{self.repeat}/{self.repeats}"
         for key, value in self.extra.items():
             if isinstance(value, (int, float, str)) or value is None:
                 row[key] = _round(value) if isinstance(value, float) else value
         return row
 
-    def to_frame(self):
-        """The per-second series as a DataFrame (one row per second)."""
+    def to_frame(self, part: str | None = None):
+        """The per-second series as a DataFrame (one row per progress line), with the ``phase`` each falls in.
+
+        ``part`` keeps one phase: ``"steady"`` (what the run's figures are over), ``"start"`` or ``"tail"``.
+        """
         import pandas as pd
 
-        return pd.DataFrame(self.per_second)
+        parts = self.phase_parts()
+        rows = [{**point, "phase": parts.interval_part(start, end) if parts else "steady"}
+                for start, end, point in progress_intervals(self.per_second)]
+        frame = pd.DataFrame(rows)
+        if part is not None:
+            if part not in PARTS:
+                raise UsageError(f"part={part!r}: use one of {', '.join(PARTS)}.")
+            frame = frame[frame["phase"] == part] if not frame.empty else frame
+        return frame
+
+    def phase_parts(self) -> Phases | None:
+        """The run's phases (None for a record written before labkit knew them)."""
+        return Phases.from_dict(self.phases) if self.phases else None
+
+    def phase_of(self, t: float) -> str:
+        """``start``, ``steady`` or ``tail``: the part of the run an instant falls in."""
+        parts = self.phase_parts()
+        return parts.part(t) if parts else "steady"
+
+    def phases_sentence(self) -> str:
+        """The run's start, steady phase and tail in one line."""
+        parts = self.phase_parts()
+        return f"{self.name}: " + (parts.sentence() if parts else "no phases recorded (an older record).")
 
     def probe_frame(self, name: str):
         """One probe's samples as a DataFrame (``t`` is seconds since the run started)."""
@@ -121,7 +158,7 @@ class Run:
 
     @property
     def stall_seconds(self) -> float:
-        """Seconds of the run spent in stalls (per-second TPS below 10% of the run's median)."""
+        """Seconds of the steady phase spent in stalls (per-second TPS below 10% of its median)."""
         return round(sum(s["end"] - s["start"] for s in self.stalls), 1)
 
     def note(self, **figures) -> Run:
@@ -213,33 +250,45 @@ def latest(runs: list[Run]) -> dict[str, Run]:
     return newest
 
 
-def waits_frame(runs: list[Run], *, during: str = "all"):
+def waits_frame(runs: list[Run], *, during: str = "steady"):
     """Average backends per wait event during each run (rows: wait events, columns: runs).
 
-    ``during`` picks the samples: ``"all"``, ``"stalls"`` (inside the run's stall intervals)
-    or ``"steady"`` (outside them). A run with no sample in that part gets an empty column.
+    ``during`` picks the samples: ``"steady"`` (the steady phase, the default), ``"stalls"``
+    (inside the steady phase's stalls), ``"outside-stalls"`` (the steady phase less its stalls),
+    ``"start"``, ``"tail"``, or ``"all"``. A run with no sample in that part gets an empty column.
+    Repeats of one name are averaged together.
     """
     import pandas as pd
 
-    if during not in ("all", "stalls", "steady"):
-        raise UsageError(f"during={during!r}: use 'all', 'stalls' or 'steady'.")
-    columns = {}
+    if during not in DURING:
+        raise UsageError(f"during={during!r}: use one of {', '.join(repr(d) for d in DURING)}.")
+    sums: dict[str, dict[str, float]] = {}
+    counts: dict[str, int] = {}
     for run in runs:
-        samples = [row for row in run.probes.get("waits") or []
-                   if during == "all" or _part(run, row["t"]) == during]
-        instants = len({row["t"] for row in samples}) or 1
-        totals: dict[str, float] = {}
+        samples = [row for row in run.probes.get("waits") or [] if _in(run, row["t"], during)]
+        counts[run.name] = counts.get(run.name, 0) + len({row["t"] for row in samples})
+        totals = sums.setdefault(run.name, {})
         for row in samples:
             if row["wait"] != "idle":
                 totals[row["wait"]] = totals.get(row["wait"], 0) + row["backends"]
-        columns[run.name] = {wait: round(total / instants, 1) for wait, total in totals.items()}
+    columns = {name: {wait: round(total / (counts[name] or 1), 1) for wait, total in totals.items()}
+               for name, totals in sums.items()}
     frame = pd.DataFrame(columns).fillna(0.0)
     return frame.loc[frame.sum(axis=1).sort_values(ascending=False).index]
 
 
-def _part(run: Run, t: float) -> str:
-    """Whether time ``t`` of ``run`` falls in a stall or in steady running."""
-    return "stalls" if any(s["start"] <= t <= s["end"] for s in run.stalls) else "steady"
+DURING = ("steady", "stalls", "outside-stalls", "start", "tail", "all")
+
+
+def _in(run: Run, t: float, during: str) -> bool:
+    """Whether instant ``t`` of ``run`` falls in the part ``during`` names."""
+    if during == "all":
+        return True
+    part = run.phase_of(t)
+    if during in PARTS:
+        return part == during
+    stalled = any(s["start"] <= t <= s["end"] for s in run.stalls)
+    return part == "steady" and stalled == (during == "stalls")
 
 
 def runs_frame(runs: list[Run]):

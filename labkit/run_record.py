@@ -10,7 +10,7 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import cpu, pgbench
+from . import cpu, pgbench, phases
 from .probes import CPU, HELD_BY
 from .records import Run
 
@@ -41,63 +41,113 @@ class Outputs:
     exit_code: int | None = 0
     probe_costs: list[dict] = field(default_factory=list)  # each probe's interval, samples and time spent
     cpus: float = 0.0  # the cores this machine (or container) gives the run
+    started_epoch: float | None = None  # Unix time pgbench was started (the probes' clock zero)
 
 
 def record(spec: pgbench.Spec, context: Context, outputs: Outputs) -> Run:
-    """The run record of ``spec`` from its ``outputs``."""
+    """The run record of ``spec`` from its ``outputs``: figures over the steady phase, the start and tail apart."""
     summary = pgbench.parse_summary(outputs.stdout)
     problems = pgbench.parse_errors(outputs.stderr)
-    progress = outputs.progress
+    points = [vars(p) for p in outputs.progress]
     log = outputs.transaction_log
+    rate = spec.sampling_rate or 1.0
+    connected_s = (summary.initial_connection_ms or 0) / 1000
+    first = pgbench.log_start(log) if log is not None else None
+    # pgbench's zero, as a Unix time: its first transaction began once every client had connected.
+    zero = None if first is None else first - connected_s
+    offset = _probe_offset(zero, outputs)
+    ends = pgbench.client_ends(log, zero) if zero is not None else {}
+    known_ends = ([points[-1]["t"]] if points else []) + ([max(ends.values())] if ends else [])
+    end_s = max(known_ends) if known_ends else max(0.0, outputs.wall_s - offset)
+    jobs = _jobs(context.argv, spec)
+    parts = phases.phases_of(connected_s=connected_s, planned_end_s=spec.duration_s, end_s=end_s, client_ends=ends)
     fine: list[dict] = []
-    latency: dict[str, float | None] = {}
     fine_width = None
-    connection_s = (summary.initial_connection_ms or 0) / 1000
-    start = pgbench.log_start(log) if log is not None else None
-    if start is not None:
+    whole_latency: dict = {}
+    if zero is not None:
         fine_width = 0.1
-        end = start + spec.duration_s if spec.duration_s else None
-        fine = [vars(b) for b in pgbench.bin_log(log, start, fine_width, sampling_rate=spec.sampling_rate or 1.0,
-                                                 end_s=end)]
-        latency = dict(pgbench.latency_figures(log))
+        fine = [vars(b) for b in pgbench.bin_log(log, zero, fine_width, sampling_rate=rate, end_s=zero + parts.end_s)]
+        whole_latency = dict(pgbench.latency_figures(log))
     elif summary.latency_avg_ms is not None:
-        latency = {"avg": summary.latency_avg_ms, "stddev": summary.latency_stddev_ms}
-    stalls = [vars(s) for s in pgbench.find_stalls([(p.t, p.tps) for p in progress])]
-    # Probes share pgbench's clock, which starts once its clients have connected.
-    samples = {name: [{**row, "t": round(row["t"] - connection_s, 3)} for row in rows]
-               for name, rows in outputs.samples.items() if rows or name != HELD_BY}  # held_by: only when it was
+        whole_latency = {"avg": summary.latency_avg_ms, "stddev": summary.latency_stddev_ms}
     transactions = summary.transactions
-    if transactions is None and progress:
-        transactions = int(sum(p.tps for p in progress))
-    tps = summary.tps
-    if tps is None and progress:
-        tps = sum(p.tps for p in progress) / len(progress)
-    overrun = None
-    if spec.duration_s:
-        overrun = round(max(0.0, outputs.wall_s - connection_s - spec.duration_s), 2)
+    if transactions is None and points:
+        transactions = int(sum(p["tps"] * (b - a) for a, b, p in phases.progress_intervals(points)))
+    whole_tps = summary.tps
+    if whole_tps is None and points:
+        whole_tps = phases.tps_over(phases.progress_intervals(points))
+    steady = _steady_figures(parts, points, log, zero, rate)
+    stalls = [vars(s) for s in pgbench.find_stalls([(p["t"], p["tps"]) for _, _, p in phases.in_part(points, parts)])]
+    # Probes are timed from pgbench's start (the process); its zero comes a few ms later.
+    samples = {name: [{**row, "t": round(row["t"] - offset, 3)} for row in rows]
+               for name, rows in outputs.samples.items() if rows or name != HELD_BY}  # held_by: only when it was
+    tps = steady.get("tps") if steady.get("tps") is not None else whole_tps
+    latency = steady.get("latency_ms") or whole_latency
     return Run(
         name=spec.name, notebook=context.notebook, profile=context.profile, started_at=context.started_at,
-        server=context.server, scripts=[vars(s) for s in spec.scripts], clients=spec.clients, jobs=spec.threads,
-        duration_s=spec.duration_s, transactions_per_client=spec.transactions, mode=spec.mode,
-        argv=list(context.argv), wall_s=round(outputs.wall_s, 3), overrun_s=overrun, tps=tps, latency_ms=latency,
+        server=context.server, scripts=[vars(s) for s in spec.scripts], clients=spec.clients,
+        jobs=jobs, duration_s=spec.duration_s, transactions_per_client=spec.transactions,
+        mode=spec.mode, argv=list(context.argv), wall_s=round(outputs.wall_s, 3),
+        overrun_s=parts.tail_s if spec.duration_s else None, tps=tps, latency_ms=latency,
         transactions=transactions, failures=summary.failed or 0,
         serialization_failures=summary.serialization_failures, deadlock_failures=summary.deadlock_failures,
         retried=summary.retried, retries=summary.retries,
         aborted_clients=problems.aborted_clients, errors=list(problems.errors), interrupted=outputs.interrupted,
-        per_second=[vars(p) for p in progress], fine=fine, fine_width_s=fine_width, stalls=stalls, probes=samples,
+        per_second=points, fine=fine, fine_width_s=fine_width, stalls=stalls, probes=samples,
         statements=[vars(s) for s in summary.statements],
-        extra=_extra(spec, outputs, samples),
+        phases=parts.to_dict(), steady=steady,
+        whole={"tps": whole_tps, "transactions": transactions, "latency_ms": whole_latency},
+        extra=_extra(jobs, outputs, samples, parts),
     )
 
 
-def _extra(spec: pgbench.Spec, outputs: Outputs, samples: dict[str, list[dict]]) -> dict:
+def _jobs(argv: tuple[str, ...], spec: pgbench.Spec) -> int:
+    """The -j pgbench ran with, read from its own command line (not recomputed from the machine now)."""
+    if "-j" in argv and argv.index("-j") + 1 < len(argv):
+        with contextlib.suppress(ValueError):
+            return int(argv[argv.index("-j") + 1])
+    return spec.jobs or 1
+
+
+def _probe_offset(zero: float | None, outputs: Outputs) -> float:
+    """Seconds from pgbench's process start (the probes' clock) to its zero: its start-up and setup connection."""
+    if zero is None or outputs.started_epoch is None:
+        return 0.0
+    return round(min(max(0.0, zero - outputs.started_epoch), outputs.wall_s), 3)
+
+
+def _steady_figures(parts: phases.Phases, points: list[dict], log, zero: float | None, rate: float) -> dict:
+    """tps, latency and failures over the steady phase: from the transaction log, else from the progress lines."""
+    if parts.steady_s <= 0:
+        return {}
+    if zero is not None:
+        figures = pgbench.window_figures(log, zero + parts.steady_from_s, zero + parts.steady_to_s, sampling_rate=rate)
+        return {**figures, "tps": None if figures["tps"] is None else round(figures["tps"], 3)}
+    inside = phases.in_part(points, parts)
+    if not inside:
+        return {}
+    seconds = sum(end - start for start, end, _ in inside)
+    weighted = [(end - start) * p["tps"] * p["lat_ms"] for start, end, p in inside if p.get("lat_ms") is not None]
+    count = sum((end - start) * p["tps"] for start, end, p in inside if p.get("lat_ms") is not None)
+    return {
+        "seconds": round(seconds, 3),
+        "transactions": round(sum((end - start) * p["tps"] for start, end, p in inside)),
+        "tps": phases.tps_over(inside),
+        "failures": sum(p.get("failed") or 0 for _, _, p in inside),
+        "latency_ms": {"avg": round(sum(weighted) / count, 3)} if count else {},
+        "source": "progress lines",
+    }
+
+
+def _extra(jobs: int, outputs: Outputs, samples: dict[str, list[dict]], parts: phases.Phases) -> dict:
     """What the runner measured beside pgbench: the probes' own cost, the CPU split, probe failures."""
     extra: dict = {}
     if outputs.probe_errors:
         extra["probe_errors"] = dict(outputs.probe_errors)
     if outputs.probe_costs:
         extra["probe_costs"] = list(outputs.probe_costs)
-    split = cpu.figures(samples.get(CPU, []), spec.threads, outputs.cpus)
+    steady = [row for row in samples.get(CPU, []) if parts.part(row["t"] - 0.5) == "steady"]  # a row covers its second
+    split = cpu.figures(steady or samples.get(CPU, []), jobs, outputs.cpus)
     if split:
         extra["cpu"] = split
     return extra

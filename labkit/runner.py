@@ -146,25 +146,25 @@ class PgbenchRunner:
         if not _ONE_RUN.acquire(blocking=False):
             raise UsageError("A pgbench run is already going on in this kernel: wait for it or interrupt it.")
         workdir = Path(tempfile.mkdtemp(prefix="labkit-run-"))
-        recording = None
+        attach: _PerfAttach | None = None
         work_before = 0.0
         try:
             chosen = [p for p in probes if p.name != WORK] + ([work_probe(work)] if work else [])
             chosen += [HELD_BY_PROBE] if HELD_BY in own_probes else []
             _check_probe_names(chosen)
+            attach = self._perf_attach(spec) if perf else None
             pgbench.check_capacity(spec, free_connections(self.target.conninfo)
-                                   - self._probe_connections(chosen, CPU in own_probes))
+                                   - self._probe_connections(chosen, CPU in own_probes) - (attach is not None))
             limits.check_pgbench_clients(spec.clients, spec.threads)
             if work:
                 work_before = measure_work(self.target.conninfo, work)
-            recording, perf_reason = self._perf_recording() if perf else (None, None)
-            run, outputs = self._run(spec, chosen, observer, workdir, cpu_probe=CPU in own_probes)
+            run, outputs = self._run(spec, chosen, observer, workdir, cpu_probe=CPU in own_probes, attach=attach)
             if perf:
-                run.extra["perf"] = perf_module.figures(recording, perf_reason)
+                run.extra["perf"] = attach.figures() if attach is not None else perf_module.figures(None, self._no_perf)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
-            if recording is not None:
-                recording.cleanup()
+            if attach is not None:
+                attach.cleanup()
             _ONE_RUN.release()
         if work:
             with contextlib.suppress(UsageError):
@@ -209,19 +209,22 @@ class PgbenchRunner:
             registry.remove(process.pid)
         return samples
 
-    def _perf_recording(self):
-        """A started perf recording of the server and None, or None and the one-line reason there is none."""
+    def _perf_attach(self, spec: pgbench.Spec) -> _PerfAttach | None:
+        """What starts perf on the run's backends once they exist; None (the reason in ``_no_perf``) where it cannot."""
         available = perf_module.availability()
         if not available.available:
-            return None, available.message
+            self._no_perf = available.message
+            return None
         if self.target.postmaster_pid is None:
-            return None, "perf: the server is not a process labkit started on this machine; wait events only"
-        recording = perf_module.Recording(self.target.postmaster_pid).start()
-        time.sleep(0.3)  # let perf attach before pgbench connects
-        return recording, None
+            self._no_perf = "perf: the server is not a process labkit started on this machine; wait events only"
+            return None
+        reconnects = any(flag in ("-C", "--connect") for flag in spec.flags)
+        return _PerfAttach(self.target.conninfo, spec.clients, self.target.postmaster_pid if reconnects else None)
+
+    _no_perf = "perf was not asked for"
 
     def _run(self, spec: pgbench.Spec, probes: list[Probe], observer: Observer | None, workdir: Path, *,
-             cpu_probe: bool):
+             cpu_probe: bool, attach: _PerfAttach | None = None):
         # pgbench runs in workdir and is given names relative to it: on Windows its command line is
         # read in the ANSI code page, where a user's folder name may not be writable.
         paths = []
@@ -236,7 +239,7 @@ class PgbenchRunner:
         context = run_record.Context(self.target.notebook, self.target.profile, self.target.server, now_iso(),
                                      tuple(argv))
         log.info("run %s (%s): pgbench %s", spec.name, application_name, " ".join(argv))
-        started = time.monotonic()
+        started, started_epoch = time.monotonic(), time.time()
         process = subprocess.Popen([str(self.target.pgbench), *argv], stdin=subprocess.DEVNULL,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=environment, cwd=workdir,
                                    **processes.child_options())
@@ -253,6 +256,8 @@ class PgbenchRunner:
                 sampler.add(cpu.CpuSchedule(process, self.target.postmaster_pid, self.target.conninfo,
                                             application_name))
             sampler.start(started)
+            if attach is not None:
+                attach.begin(process, application_name)
             reader = _OutputReader(process)
             reader.follow(observer, sampler)
         except BaseException as error:  # an interrupt, or an error in an observer: pgbench stops either way
@@ -275,8 +280,63 @@ class PgbenchRunner:
                                      wall_s=wall_s, transaction_log=_read_logs(workdir / "tx"), samples=samples,
                                      probe_errors=sampler.errors, interrupted=interrupted,
                                      exit_code=process.returncode, probe_costs=sampler.costs(),
-                                     cpus=machine_size()[0])
+                                     cpus=machine_size()[0], started_epoch=started_epoch)
         return run_record.record(spec, context, outputs), outputs
+
+
+class _PerfAttach(threading.Thread):
+    """Starts ``perf record`` on a run's own backends once pgbench has connected them all.
+
+    Attaching to the server before the run and following its forks misses the backends when
+    perf is slow to attach (a busy machine) and records the connecting as well; the backends
+    exist from the end of the start phase to the end of the run, so attaching to them then
+    records the run itself. A run that connects for each transaction (``-C``) has no lasting
+    backends: perf then attaches to the server (``follow``) and follows its forks.
+    """
+
+    def __init__(self, conninfo: str, clients: int, follow: int | None = None):
+        super().__init__(daemon=True, name="labkit-perf-attach")
+        self.conninfo, self.clients, self.follow = conninfo, clients, follow
+        self.recording: perf_module.Recording | None = None
+        self.reason = "the run ended before its clients had all connected: perf recorded nothing"
+        self._process: subprocess.Popen | None = None
+        self._application_name = ""
+        self._finished = threading.Event()
+
+    def begin(self, process: subprocess.Popen, application_name: str) -> None:
+        self._process, self._application_name = process, application_name
+        if self.follow is not None:
+            self.recording = perf_module.Recording(self.follow).start()
+            return
+        self.start()
+
+    def run(self) -> None:
+        assert self._process is not None
+        try:
+            with db.connect(self.conninfo, db.PROBE) as connection:
+                while self._process.poll() is None and not self._finished.is_set():
+                    pids = [pid for (pid,) in connection.execute(query("run_backends_pids"),
+                                                                 {"application_name": self._application_name})]
+                    if len(pids) >= self.clients:
+                        self.recording = perf_module.Recording(pids).start()
+                        return
+                    time.sleep(0.05)
+        except psycopg.Error as error:
+            self.reason = f"perf could not find the run's backends ({db.message(error)}): wait events only"
+
+    def figures(self) -> dict:
+        """``extra.perf`` once the run has ended."""
+        self._finished.set()
+        if self.is_alive():
+            self.join(timeout=10)
+        return perf_module.figures(self.recording, self.reason)
+
+    def cleanup(self) -> None:
+        self._finished.set()
+        if self.is_alive():
+            self.join(timeout=10)
+        if self.recording is not None:
+            self.recording.cleanup()
 
 
 def _check_probe_names(probes: list[Probe]) -> None:

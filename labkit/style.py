@@ -29,6 +29,8 @@ TPS_DASH = "solid"
 GOODPUT_DASH = "dash"
 STALL_COLOR = "rgba(213, 94, 0, 0.16)"  # vermillion, faint: a band behind the data
 PLANNED_END_COLOR = "#444444"
+START_COLOR = "rgba(153, 153, 153, 0.14)"  # grey: connecting and the first second, not part of the figures
+TAIL_COLOR = "rgba(86, 180, 233, 0.14)"  # sky: after the planned end, fewer clients, not part of the figures
 
 # One family per class of wait event; the events of a class are shades of it (see ``shade``).
 WAIT_CLASS_COLORS = {

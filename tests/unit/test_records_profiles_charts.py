@@ -23,7 +23,7 @@ def test_record_round_trip(tmp_path):
     loaded = records.Run.load(path)
     assert loaded.to_dict() == run.to_dict()
     assert loaded.summary()["goodput"] == 42.0
-    assert list(loaded.to_frame().columns) == ["t", "tps", "lat_ms"]
+    assert list(loaded.to_frame().columns) == ["t", "tps", "lat_ms", "phase"]
 
 
 def test_listing_filters_and_newest(tmp_path):

@@ -1,0 +1,98 @@
+"""A run's start, steady phase and tail, from recorded pgbench 18 runs (tests/data/pgbench/README.md)."""
+
+from pathlib import Path
+
+import pytest
+
+from labkit import charts, pgbench, records, run_record
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "pgbench"
+CONTEXT = run_record.Context("nb", "ci", {"backend": "embedded", "version": "18.6"}, "2026-11-26T10:00:00+00:00",
+                             ("-n", "-P", "1", "-c", "140", "-j", "1"))
+
+
+def recorded(stem: str, options: str, *, popen_epoch: float, wall_s: float, samples=None):
+    stderr = (DATA / f"{stem}.stderr").read_text(encoding="utf-8")
+    progress = [point for point in map(pgbench.parse_progress, stderr.splitlines()) if point]
+    outputs = run_record.Outputs(
+        stdout=(DATA / f"{stem}.stdout").read_text(encoding="utf-8"), stderr="", progress=progress, wall_s=wall_s,
+        transaction_log=pgbench.log_frame(DATA / f"{stem}.txlog"), samples=samples or {}, started_epoch=popen_epoch)
+    spec = pgbench.parse_options(options, script="select 1;")
+    return run_record.record(spec, CONTEXT, outputs)
+
+
+def slow_connect(samples=None):
+    """140 clients that take 2.2 s of a 4 s run to connect (a login trigger slows each connection)."""
+    return recorded("pgbench18_slow_connect", "-c 140 -j 1 -T 4 --name slow", popen_epoch=1795691580.8547237,
+                    wall_s=4.099, samples=samples)
+
+
+def tail():
+    """8 clients, -T 3: three of them sleep 2.5 s a transaction and finish theirs at 5 s."""
+    return recorded("pgbench18_tail", "-c 8 -j 2 -T 3 --name tail", popen_epoch=1795691584.9571567, wall_s=5.036)
+
+
+def test_a_run_whose_clients_connect_for_2_s_of_4_is_summarized_over_its_last_second():
+    waits = [{"t": t, "wait": "Client: ClientRead" if t < 2.3 else "CPU", "backends": 140}
+             for t in (0.5, 1.0, 1.5, 2.0, 3.2, 3.5, 3.8)]
+    run = slow_connect({"waits": waits})
+    # pgbench: 2,213 ms to connect; its first progress line (2.2 s, 0 tps) covers the connecting
+    assert run.phases["connected_s"] == 2.213
+    assert (run.phases["steady_from_s"], run.phases["steady_to_s"]) == (3.0, 4.0)
+    assert run.phase_of(1.0) == "start" and run.phase_of(3.5) == "steady"
+    # tps over 3-4 s only, from the log: the clients each do a 50 ms transaction, about 2,760/s
+    log = pgbench.log_frame(DATA / "pgbench18_slow_connect.txlog")
+    zero = pgbench.log_start(log) - 2.213497
+    in_steady = ((log.end_s > zero + 3) & (log.end_s <= zero + 4)).sum()
+    assert run.steady["transactions"] == in_steady and run.tps == pytest.approx(in_steady, rel=1e-6)
+    assert 2600 < run.tps < 2900 and run.tps > run.whole["tps"]  # pgbench's 2,676 counts from 2.2 s
+    assert 50 <= run.latency_ms["p50"] <= 52
+    # no stall: the first line's zero is the start; the 0.8 s line that follows is too
+    assert run.stalls == [] and run.stall_seconds == 0
+    assert [row["phase"] for row in run.to_frame().to_dict("records")] == ["start", "start", "steady"]
+    # the probes' clock: pgbench's zero came 16 ms after the process started (exec, its setup connection)
+    assert run.probes["waits"][0]["t"] == round(0.5 - 0.016, 3)
+    waits_now = records.waits_frame([run])
+    assert list(waits_now.index) == ["CPU"]  # the connecting seconds' ClientRead are the start's
+    assert records.waits_frame([run], during="start").loc["Client: ClientRead", "slow"] == 140
+
+
+def test_the_tail_after_the_planned_end_is_reported_with_the_clients_still_running():
+    run = tail()
+    assert run.phases["planned_end_s"] == 3.0 and run.phases["steady_to_s"] == 3.0
+    assert run.phases["clients_after"] == 3  # clients 0-2 were in a 2.5 s sleep at -T
+    assert 1.9 < run.overrun_s == run.phases["tail_s"] < 2.1
+    # the last two progress lines (4 tps, then 0) are the tail: no stall in the steady phase
+    assert run.stalls == []
+    assert run.to_frame("tail")["t"].tolist() == [4.0, 5.0]
+    assert "after the planned end: 2.0 s, 3 clients still running" in run.phases_sentence()
+    # the fine bins go on through the tail, and hold every logged transaction
+    assert run.fine[-1]["t"] >= run.phases["end_s"] - 0.1
+    assert round(sum(b["tps"] for b in run.fine) * 0.1) == 1446
+
+
+def test_the_timeline_shades_the_start_and_the_tail_apart_from_stalls():
+    run = tail()
+    run.stalls = [{"start": 1.0, "end": 2.0}]
+    figure = charts.timeline(run)
+    names = [shape.name for shape in figure.layout.shapes]
+    assert names.count("start") == 1 and names.count("tail") == 1 and names.count("stall") == 1
+    start = next(shape for shape in figure.layout.shapes if shape.name == "start")
+    end = next(shape for shape in figure.layout.shapes if shape.name == "tail")
+    assert (start.x0, start.x1) == (0, 1.0) and (end.x0, end.x1) == (3.0, run.phases["end_s"])
+    assert start.fillcolor != end.fillcolor != charts.STALL_COLOR
+
+
+def test_failures_written_by_failures_detailed_count_in_the_bins():
+    """With --failures-detailed pgbench logs the kind of failure instead of "failed"."""
+    log = pgbench.log_frame("0 1 serialization 0 1000 100000\n0 2 deadlock 0 1000 150000\n0 3 500 0 1000 180000\n"
+                            "1 1 skipped 0 1000 190000\n")
+    bins = pgbench.bin_log(log, 1000.0, 0.1, end_s=1000.2)
+    assert [b.failed for b in bins] == [0, 2]
+    assert pgbench.window_figures(log, 1000.0, 1000.2)["failures"] == 2
+
+
+def test_a_record_without_phases_reads_as_all_steady():
+    run = records.Run("old", "nb", "ci", "2026-11-01T00:00:00+00:00", probes={"waits": [{"t": 0.1, "wait": "CPU",
+                                                                                        "backends": 1}]})
+    assert run.phase_of(0.1) == "steady" and records.waits_frame([run]).loc["CPU", "old"] == 1
