@@ -52,30 +52,48 @@ def why_not() -> str | None:
 
 
 def reachable(path: Path) -> bool:
-    """True when every user can reach ``path`` (each folder above it searchable by all, the path readable by all)."""
-    path = path.resolve()
-    return all(parent.stat().st_mode & 0o001 for parent in path.parents) and bool(path.stat().st_mode & 0o004)
+    """True when every user can reach ``path``: each folder on the way searchable by all, the file readable by all.
+
+    Both ways count: the path as given (a student goes through its folders, a link's too) and the file it leads to.
+    """
+    path = Path(os.path.abspath(path))
+    target = path.resolve()
+    return (all(parent.stat().st_mode & 0o001 for parent in (*path.parents, *target.parents))
+            and bool(target.stat().st_mode & 0o004))
 
 
-def student_python(folder: Path) -> str | None:
+SYSTEM_BIN = Path("/usr/bin")  # where the stand-in's Python comes from
+
+
+def student_python(folder: Path) -> str:
     """A Python with the labs installed that every student can run: this one, or a stand-in made in ``folder``.
 
     When this interpreter sits in root's private home (pyenv), a virtual environment of the
     system's Python of the same version is made in ``folder``; it reads this environment's
-    packages (site.addsitedir, so the project's editable install comes along).
+    packages (site.addsitedir, so the project's editable install comes along). When neither
+    can be had, RuntimeError says which part is out of the students' reach.
     """
     if reachable(Path(sys.executable)) and reachable(Path(sys.base_prefix)):
         return sys.executable
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    system = Path("/usr/bin") / version
+    system = SYSTEM_BIN / version
     packages = Path(next(p for p in sys.path if p.endswith("site-packages")))
-    if not system.exists() or not reachable(system) or not reachable(packages):
-        return None
-    target = folder / "python"
-    subprocess.run([str(system), "-m", "venv", "--without-pip", str(target)], check=True, capture_output=True)
-    shim = target / "lib" / version / "site-packages" / "labkit-test-packages.pth"
-    shim.write_text(f"import site; site.addsitedir({str(packages)!r})\n", encoding="utf-8")
-    return str(target / "bin" / "python")
+    if not system.exists():
+        cause = f"{system} is missing"
+    elif not reachable(system):
+        cause = f"{system} is in a folder other users cannot reach"
+    elif not reachable(packages):
+        cause = (f"this environment's packages ({packages}) are in a folder other users cannot reach, so {system} "
+                 "cannot use them")
+    else:
+        target = folder / "python"
+        subprocess.run([str(system), "-m", "venv", "--without-pip", str(target)], check=True, capture_output=True)
+        shim = target / "lib" / version / "site-packages" / "labkit-test-packages.pth"
+        shim.write_text(f"import site; site.addsitedir({str(packages)!r})\n", encoding="utf-8")
+        return str(target / "bin" / "python")
+    raise RuntimeError(f"no Python that every student can run: {sys.executable} is in a folder other users cannot "
+                       f"reach, and {cause}. Run the hub test from a virtual environment outside any private home "
+                       "(e.g. python3 -m venv /opt/labs-venv).")
 
 
 def proxy_command() -> str | None:
@@ -191,9 +209,6 @@ class Hub:
             **self.settings,
         })
         python = student_python(self.folder)
-        if python is None:
-            raise RuntimeError(f"no Python that every student can run: {sys.executable} is in a private folder and "
-                               f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor} is missing")
         with (self.folder / "hub.log").open("wb") as log:
             self.process = subprocess.Popen([python, "-m", "jupyterhub", "-f", str(wrapper)], cwd=self.folder,
                                             env=environment, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
