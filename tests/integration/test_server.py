@@ -145,28 +145,44 @@ def test_a_cluster_whose_postgresql_conf_has_a_refused_line_still_starts():
         shutil.rmtree(home, ignore_errors=True)
 
 
-def test_watchdog_stops_an_unused_server():
-    home = Path(tempfile.mkdtemp(prefix="labkit-idle-"))
-    env = {**os.environ, "LABKIT_HOME": str(home), "LABKIT_IDLE_STOP": "1"}
-    code = "import labkit; lab = labkit.start('idle'); print(lab.value('select 1'))"
-    try:
-        # The kernel-like process exits (as if killed): nothing uses the server any more.
-        subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, timeout=60)
-        server = EmbeddedServer(home)
-        deadline = time.monotonic() + 20
-        while server.running() and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert not server.running()
-    finally:
-        EmbeddedServer(home).stop(mode="immediate")
-        shutil.rmtree(home, ignore_errors=True)
-
-
 def _wait_for(condition, seconds: float = 20):
     deadline = time.monotonic() + seconds
     while not condition() and time.monotonic() < deadline:
         time.sleep(0.2)
     return condition()
+
+
+def test_watchdog_stops_the_server_of_a_killed_kernel():
+    """A kernel killed outright, as nbval kills kernels, runs no atexit: its entry stays in the kernels
+    registry. The watchdog must take it for the dead process it is, drop it, stop the server and exit,
+    leaving no process behind. Popen.kill is SIGKILL on Linux and macOS and TerminateProcess on Windows:
+    an end with no atexit on every OS, so this runs on each."""
+    home = Path(tempfile.mkdtemp(prefix="labkit-killed-"))
+    env = {**os.environ, "LABKIT_HOME": str(home), "LABKIT_IDLE_STOP": "1"}
+    said = home / "kernel.out"
+    code = ("import sys, time, labkit; lab = labkit.start('killed'); "
+            "open(sys.argv[1], 'w').write(str(lab.value('select 1'))); time.sleep(300)")
+    server = EmbeddedServer(home)
+    kernel = subprocess.Popen([sys.executable, "-c", code, str(said)], env=env)
+    try:
+        assert _wait_for(lambda: (said.exists() and said.read_text() == "1") or kernel.poll() is not None, 90)
+        assert kernel.poll() is None and _wait_for(lambda: server.watchdog_pid() is not None)
+        entry = server.kernels.folder / f"{kernel.pid}.json"
+        assert server.kernels.live() == [kernel.pid] and entry.exists()
+        postmaster = psutil.Process(server.postmaster_pid())
+        left = [postmaster, *postmaster.children(recursive=True), psutil.Process(server.watchdog_pid())]
+        kernel.kill()
+        kernel.wait()
+        assert entry.exists()  # no atexit ran: the entry only the watchdog can tell is stale
+        gone, alive = psutil.wait_procs(left, timeout=30)
+        assert alive == [], f"still running 30 s after the kernel was killed: {alive}"
+        assert not server.running() and list(server.kernels.folder.iterdir()) == []
+    finally:
+        if kernel.poll() is None:
+            kernel.kill()
+            kernel.wait()
+        EmbeddedServer(home).stop(mode="immediate")
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def test_a_failed_check_is_logged_and_a_dead_watchdog_is_replaced(monkeypatch):
