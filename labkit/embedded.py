@@ -19,11 +19,13 @@ The start sequence is the same on every OS: refuse if already running, spawn wit
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import secrets
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -118,6 +120,7 @@ class EmbeddedServer(Server):
         self.state_file = self.home / "connection.json"
         self.password_file = self.home / "password"
         self.watchdog_file = self.home / "watchdog.json"
+        self.watchdog_log = self.log_dir / "watchdog.log"
         self.kernels = ProcessRegistry(self.home / "kernels")
         self.pgbench = ProcessRegistry(self.home / "pgbench")
         self._lock = filelock.FileLock(str(self.home / "server.lock"))
@@ -255,11 +258,33 @@ class EmbeddedServer(Server):
                               "folder whose path this system's code page can write (e.g. C:\\labkit).")
         config.private_dir(self.home, 0o711 if config.is_root() else 0o700)
         service_user.check_reachable(self.home)
-        folders = [self.data_dir, self.log_dir] + ([self.socket_dir] if self.transport == "socket" else [])
-        for folder in folders:
+        for folder in (self.data_dir, self.log_dir):
             folder.mkdir(parents=True, exist_ok=True)
             service_user.give(folder)
             folder.chmod(0o700)
+        if self.transport == "socket":
+            self._make_socket_dir()
+
+    def _make_socket_dir(self) -> None:
+        """The socket's folder, private to the server; one that someone else made first is refused.
+
+        When the home's path is too long, it is in the system's temporary folder under a name
+        anyone can work out: another user could make it first, as a folder of theirs (the socket
+        would be theirs to reach) or as a link to one (that root would then hand to the server's user).
+        """
+        folder = self.socket_dir
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir(mode=0o700)
+        if sys.platform == "win32":  # labkit's server listens on TCP there: no socket, no owner to check
+            return
+        found = service_user.ids()
+        ours = {os.geteuid(), *([found[0]] if found else [])}  # posix-only: Windows returned above
+        info = folder.lstat()
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid not in ours:
+            raise LabkitError(f"The server's socket folder {folder} was made by someone else (or is a link): remove "
+                              "it, or set LABKIT_HOME to a shorter path so that the socket stays in the server's home.")
+        service_user.give(folder)
+        folder.chmod(0o700)
 
     def _init(self, profile: Profile) -> None:
         arguments = ["-D", str(self.data_dir), "-U", USER, "--encoding=UTF8", "--locale=C", "--no-instructions"]
@@ -387,5 +412,6 @@ class EmbeddedServer(Server):
         return pid if pid and processes.alive(pid, entry.get("created")) else None
 
     def spawn_watchdog(self) -> None:
-        """Start the watchdog (one per home: a second one exits at once)."""
-        processes.spawn_detached([sys.executable, "-m", "labkit.watchdog", str(self.home)])
+        """Start the watchdog (one per home: a second one exits at once); what it prints goes to its log."""
+        processes.spawn_detached([sys.executable, "-m", "labkit.watchdog", str(self.home)],
+                                 log=self.watchdog_log)

@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -154,27 +156,35 @@ def interrupt(process: subprocess.Popen, grace_s: float = INTERRUPT_GRACE_S) -> 
         process.wait()
 
 
-def spawn_detached(argv: list[str]) -> None:
+def spawn_detached(argv: list[str], log: Path | None = None) -> None:
     """Start ``argv`` so that it outlives this process, and is never this process's child.
 
     A short-lived launcher starts it and exits: the helper is then nobody's zombie and no
-    ``Popen`` object of ours warns about it at exit.
+    ``Popen`` object of ours warns about it at exit. The helper's output, and the launcher's
+    if it fails, is appended to ``log`` (else discarded): a helper that dies before it can
+    log anything (an import that fails) leaves its traceback there.
     """
-    launcher = "import json, sys; from labkit.processes import _popen_detached; _popen_detached(json.loads(sys.argv[1]))"
+    launcher = "import json, sys; from labkit.processes import _popen_detached; _popen_detached(*json.loads(sys.argv[1]))"
     options: dict[str, Any] = {}
     if WINDOWS:
         options["creationflags"] = windows_flags("helper", has_console=False, breakaway=False)
-    subprocess.run([sys.executable, "-c", launcher, json.dumps(argv)], check=False, timeout=30,
-                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **options)
+    if log is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run([sys.executable, "-c", launcher, json.dumps([argv, str(log) if log else None])], check=False,
+                          timeout=30, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          env={**os.environ, "PYTHONIOENCODING": "utf-8"}, **options)  # every file labkit writes is UTF-8
+    if done.returncode != 0 and log is not None:
+        with open(log, "ab") as handle:
+            handle.write(done.stderr)
 
 
-def _popen_detached(argv: list[str]) -> None:
-    options: dict = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL,
-                     "close_fds": True}
-    if not WINDOWS:
-        subprocess.Popen(argv, start_new_session=True, **options)  # posix-only: Windows below
-        return
-    try:  # out of any job the kernel runs in, so that closing the job does not end the helper
-        subprocess.Popen(argv, creationflags=windows_flags("helper", has_console=False), **options)
-    except OSError:  # the job forbids breaking away: the helper then lives as long as the job
-        subprocess.Popen(argv, creationflags=windows_flags("helper", has_console=False, breakaway=False), **options)
+def _popen_detached(argv: list[str], log: str | None = None) -> None:
+    with open(log, "ab") if log else contextlib.nullcontext(subprocess.DEVNULL) as output:  # the helper has its own copy
+        options: dict = {"stdin": subprocess.DEVNULL, "stdout": output, "stderr": subprocess.STDOUT, "close_fds": True}
+        if not WINDOWS:
+            subprocess.Popen(argv, start_new_session=True, **options)  # posix-only: Windows below
+            return
+        try:  # out of any job the kernel runs in, so that closing the job does not end the helper
+            subprocess.Popen(argv, creationflags=windows_flags("helper", has_console=False), **options)
+        except OSError:  # the job forbids breaking away: the helper then lives as long as the job
+            subprocess.Popen(argv, creationflags=windows_flags("helper", has_console=False, breakaway=False), **options)

@@ -31,8 +31,16 @@ def ids() -> tuple[int, int] | None:
     except KeyError:
         if sys.platform != "linux":
             raise LabkitError("PostgreSQL refuses to run as root: run the labs as an ordinary user.") from None
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", NAME],
-                       check=True, capture_output=True)
+        try:
+            made = subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", NAME],
+                                  capture_output=True, encoding=config.ENCODING, errors="replace")
+            said = (" ".join(made.stderr.split()) or f"exit {made.returncode}") if made.returncode else None
+        except FileNotFoundError:
+            said = "there is no useradd here"
+        if said:
+            raise LabkitError(f"PostgreSQL refuses to run as root, and labkit could not create the system user {NAME} "
+                              f"to run it as ({said}): create it yourself (useradd --system {NAME}), or run the labs "
+                              "as an ordinary user.") from None
         entry = pwd.getpwnam(NAME)
     return entry.pw_uid, entry.pw_gid
 

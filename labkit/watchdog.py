@@ -6,7 +6,8 @@ outright cannot unregister, so liveness is checked by pid and start time. Every 
 it also kills pgbench processes whose kernel is gone, and ends their runs' backends. One
 watchdog per home (a file lock); it says who it is in ``watchdog.json`` (so that
 ``labkit.start()`` starts another when it has died), logs to ``log/watchdog.log`` in the
-server's home, and exits when the server is gone. A check that fails is logged and tried
+server's home (where what it prints goes too: a traceback from before its logging is set up),
+and exits when the server is gone. A check that fails is logged and tried
 again at the next poll: the watchdog does not die of it.
 """
 
@@ -57,7 +58,7 @@ def watch(home: Path) -> None:
     server = EmbeddedServer(home)
     try:
         with filelock.FileLock(str(home / "watchdog.lock"), timeout=0):
-            _log_to(server.log_dir / "watchdog.log")
+            _log_to(server.watchdog_log)
             write_whole(server.watchdog_file, json.dumps({"pid": os.getpid(),
                                                           "created": processes.started_at(os.getpid())}))
             log.info("watching %s", home)
