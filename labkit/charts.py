@@ -409,7 +409,10 @@ def timeline(run: Run, *, title: str | None = None, probes: list[str] | None = N
     go, _ = _go()
     probe_names = [name for name in (probes if probes is not None else run.probes) if run.probes.get(name)]
     rows = _rows(probe_names)
-    figure = _frame(rows, title or f"{run.name}: {run.clients} clients, {run.tps or 0:,.0f} tps")
+    heading = title or f"{run.name}: {run.clients} clients, {run.tps or 0:,.0f} tps over the steady phase"
+    if run.phases:  # what the figures are over, under the title
+        heading += "<br><sup>" + "<br>".join(textwrap.wrap(run.phases_sentence(), 130)) + "</sup>"
+    figure = _frame(rows, heading)
     color = run_color(run)
     if run.fine:
         width = int(round((run.fine_width_s or 0.1) * 1000))

@@ -26,6 +26,7 @@ from .queries import query
 BUSY_THREAD = 0.8
 FULL_MACHINE = 0.9
 IDLE_CORES = 0.1
+OTHERS_SHARE = 0.25  # other processes matter from this share of the machine's cores
 
 
 def _times(process: psutil.Process):
@@ -185,8 +186,8 @@ class CpuSchedule(_Schedule):
 def figures(rows: list[dict], threads: int, cpus: float) -> dict:
     """The run's CPU in a few numbers (means over its seconds, in cores) and, when it applies, the warning.
 
-    >>> figures([{"t": 1, "pgbench": 0.95, "backends": 0.9, "server_other": 0.05, "idle": 0.1}], 1, 2)["warning"][:46]
-    'pgbench kept 95% of a core busy per thread (1 '
+    >>> figures([{"t": 1, "pgbench": 0.95, "backends": 0.9, "server_other": 0.05, "idle": 0.1}], 1, 2)["warning"][:58]
+    'Held back by the client: pgbench kept 95% of a core busy p'
     >>> figures([{"t": 1, "pgbench": 0.2, "backends": 0.5, "server_other": 0.0, "idle": 3.0}], 2, 4)["warning"] is None
     True
     """
@@ -205,19 +206,39 @@ def figures(rows: list[dict], threads: int, cpus: float) -> dict:
     return result
 
 
+def limits(cpu: dict, name: str = "the run") -> list[str]:
+    """What the CPU split says held a run back: the client, other processes on the machine, or no CPU left.
+
+    A machine kept busy by other processes is said as such: it is never read as a client limit.
+
+    >>> limits({"pgbench": 0.1, "backends": 0.3, "server_other": 0.1, "idle": 0.0, "cpus": 2, "threads": 1,
+    ...         "pgbench_per_thread": 0.1})
+    ['other processes on this machine used 1.5 of its 2 cores (the run: pgbench 0.1, the server 0.4)']
+    >>> limits({"pgbench": 0.9, "backends": 1.0, "server_other": 0.05, "idle": 0.05, "cpus": 2, "threads": 1,
+    ...         "pgbench_per_thread": 0.9})
+    ['the client: pgbench kept 90% of a core busy per thread (1 thread) in the run', 'the CPU: the server (1.1 cores) and pgbench (0.9) used all 2 cores in the run']
+    """
+    found = []
+    pgbench, server = cpu.get("pgbench") or 0.0, (cpu.get("backends") or 0.0) + (cpu.get("server_other") or 0.0)
+    cpus, idle = cpu.get("cpus") or 0.0, cpu.get("idle")
+    others = max(0.0, cpus - idle - pgbench - server) if idle is not None else 0.0
+    if (cpu.get("pgbench_per_thread") or 0.0) >= BUSY_THREAD:
+        threads = cpu.get("threads") or 1
+        found.append(f"the client: pgbench kept {cpu['pgbench_per_thread']:.0%} of a core busy per thread "
+                     f"({threads} thread{'s' * (threads > 1)}) in {name}")
+    if cpus and others >= OTHERS_SHARE * cpus:
+        found.append(f"other processes on this machine used {others:.1f} of its {cpus:g} cores ({name}: "
+                     f"pgbench {pgbench:.1f}, the server {server:.1f})")
+    elif cpus and ((idle is not None and idle < IDLE_CORES) or pgbench + server >= FULL_MACHINE * cpus):
+        found.append(f"the CPU: the server ({server:.1f} cores) and pgbench ({pgbench:.1f}) used all {cpus:g} "
+                     f"core{'s' * (cpus != 1)} in {name}")
+    return found
+
+
 def warning(cpu: dict) -> str | None:
-    """One plain sentence when the client may have limited the tps; None when nothing says so."""
-    per_thread = cpu.get("pgbench_per_thread") or 0.0
-    threads = cpu.get("threads") or 1
-    if per_thread >= BUSY_THREAD:
-        return (f"pgbench kept {per_thread:.0%} of a core busy per thread ({threads} thread{'s' * (threads > 1)}): "
-                "the tps is partly pgbench's own limit. More threads (-j), on more cores, would tell.")
-    used = sum(cpu.get(part) or 0.0 for part in ("pgbench", "backends", "server_other"))
-    idle = cpu.get("idle")
-    cpus = cpu.get("cpus") or 0
-    if (cpus and used >= FULL_MACHINE * cpus) or (idle is not None and idle < IDLE_CORES):
-        server = (cpu.get("backends") or 0.0) + (cpu.get("server_other") or 0.0)
-        return (f"The machine had no idle CPU left (pgbench {cpu.get('pgbench') or 0:.1f} cores, the server "
-                f"{server:.1f}, of {cpus:g}): pgbench and the server shared the cores, so the tps is partly "
-                "the client's limit.")
-    return None
+    """One plain sentence when the CPU split says something held the run back; None when nothing does."""
+    found = limits(cpu)
+    if not found:
+        return None
+    text = "; ".join(found)
+    return f"Held back by {text}: the tps is not the server's alone."

@@ -81,6 +81,7 @@ class Run:
             "run": self.name,
             "clients": self.clients,
             "tps": _round(self.tps),
+            "pgbench_tps": _round(self.whole.get("tps")),  # pgbench's own, over the whole run (the articles' figure)
             "transactions": self.transactions,
             "failures": self.failures,
         }

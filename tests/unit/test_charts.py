@@ -293,7 +293,8 @@ def test_the_cpu_panel_and_its_warning():
     figure = charts.timeline(run)
     assert {"cpu: pgbench", "cpu: backends", "cpu: server_other", "cpu: idle"} <= {trace.name for trace in figure.data}
     (warning,) = [a for a in figure.layout.annotations if a.name == "cpu warning"]
-    assert warning.text.replace("<br>", " ").startswith("pgbench kept 95% of a core busy per thread (1 thread)")
+    assert warning.text.replace("<br>", " ").startswith(
+        "Held back by the client: pgbench kept 95% of a core busy per thread (1 thread)")
     run.extra["cpu"] = cpu.figures([{**row, "pgbench": 0.2, "backends": 0.3, "idle": 1.4} for row in rows], 1, 2)
     assert run.extra["cpu"]["warning"] is None
     assert not [a for a in charts.timeline(run).layout.annotations if a.name == "cpu warning"]
@@ -303,4 +304,15 @@ def test_a_machine_with_no_idle_cpu_is_said():
     from labkit import cpu
 
     split = cpu.figures([{"t": 1, "pgbench": 0.4, "backends": 0.55, "server_other": 0.05, "idle": 0.0}], 2, 1.0)
-    assert split["warning"].startswith("The machine had no idle CPU left (pgbench 0.4 cores, the server 0.6, of 1)")
+    assert split["warning"] == ("Held back by the CPU: the server (0.6 cores) and pgbench (0.4) used all 1 core in "
+                                "the run: the tps is not the server's alone.")
+
+
+def test_a_machine_kept_busy_by_other_processes_is_never_read_as_the_client_limit():
+    """Lab 00 under ci on a busy machine: pgbench 0.1 cores, the server 0.4, nothing idle, of 2."""
+    from labkit import cpu
+
+    split = cpu.figures([{"t": 1, "pgbench": 0.1, "backends": 0.35, "server_other": 0.05, "idle": 0.0}], 1, 2.0)
+    assert split["warning"] == ("Held back by other processes on this machine used 1.5 of its 2 cores (the run: "
+                                "pgbench 0.1, the server 0.4): the tps is not the server's alone.")
+    assert "client" not in split["warning"]

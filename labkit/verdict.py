@@ -1,0 +1,171 @@
+"""How sure a comparison is: two groups of runs, one metric, a ratio with its spread and a sentence (pure logic).
+
+A run on a laptop, on Binder's one CPU or on a class server is noisy: the same script run
+twice can differ by tens of percent. :func:`compare` sets two groups of runs (the repeats of two
+names) side by side on one metric and says whether the difference stands beyond the spread:
+
+- with two or more runs in each group, the spread is **run to run**: each group's lowest to
+  highest value. The difference *stands* when the two ranges do not overlap and the means
+  differ by more than either group's own range;
+- with one run in a group, the only spread known is **second to second** within that run (the
+  10th to 90th percentile of its steady per-second tps): the verdict says so, and that repeats
+  would tell more.
+
+:func:`limits` reads what held a run back from its own records (the CPU split, the wait
+events of its clients), so that a verdict also says when a ratio is the client's or the
+machine's rather than the server's.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from .cpu import limits as cpu_limits
+from .phases import Phases, in_part
+from .records import Run
+
+WAIT_SHARE = 0.25  # a wait class matters from this share of the run's clients
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Group ``b`` against group ``a`` on one metric: a ratio, its spread, and whether it stands beyond it."""
+
+    metric: str
+    a: str
+    b: str
+    a_values: list[float]
+    b_values: list[float]
+    ratio: float | None  # mean of b / mean of a
+    low: float | None  # the ratio's spread: b's lowest over a's highest ...
+    high: float | None  # ... to b's highest over a's lowest
+    stands: bool
+    basis: str  # "repeats" (run to run) or "seconds" (second to second within one run each)
+    limits: list[str] = field(default_factory=list)
+    sentence: str = ""
+
+    def __str__(self) -> str:
+        return self.sentence
+
+    def _repr_html_(self) -> str:
+        import html
+
+        return f"<p>{html.escape(self.sentence)}</p>"
+
+
+def value(run: Run, metric: str) -> float | None:
+    """A run's figure by name: ``tps``, ``goodput`` (or any ``extra`` figure), ``lat_avg_ms`` ... ``lat_max_ms``.
+
+    >>> value(Run("r", "nb", "ci", "now", tps=10.0, latency_ms={"p99": 3.5}, extra={"goodput": 4.0}), "lat_p99_ms")
+    3.5
+    """
+    if metric == "tps":
+        return run.tps
+    if metric.startswith("lat_") and metric.endswith("_ms"):
+        return run.latency_ms.get(metric[4:-3])
+    figure = run.extra.get(metric)
+    return float(figure) if isinstance(figure, (int, float)) else None
+
+
+def _seconds_spread(run: Run) -> tuple[float, float] | None:
+    """The 10th and 90th percentile of a run's steady per-second tps (None: too few seconds)."""
+    parts = Phases.from_dict(run.phases) if run.phases else None
+    points = [p for _, _, p in in_part(run.per_second, parts)] if parts else run.per_second
+    values = sorted(p["tps"] for p in points)
+    if len(values) < 2:
+        return None
+    deciles = statistics.quantiles(values, n=10, method="inclusive")
+    return deciles[0], deciles[-1]
+
+
+def _range(runs: list[Run], metric: str) -> tuple[list[float], float, float, str] | None:
+    values = [v for v in (value(run, metric) for run in runs) if v is not None]
+    if not values:
+        return None
+    if len(values) >= 2:
+        return values, min(values), max(values), "repeats"
+    spread = _seconds_spread(runs[0]) if metric == "tps" else None
+    if spread is None:
+        return values, values[0], values[0], "seconds"
+    # the run's own figure stays inside its second-to-second range
+    return values, min(spread[0], values[0]), max(spread[1], values[0]), "seconds"
+
+
+def compare(a_runs: list[Run] | Run, b_runs: list[Run] | Run, *, metric: str = "tps") -> Verdict:
+    """``b`` against ``a`` on ``metric``: the ratio of their means, its spread, and whether it stands.
+
+    >>> def runs(name, *tps): return [Run(name, "nb", "ci", "now", tps=t) for t in tps]
+    >>> print(compare(runs("plain", 100, 110), runs("skip", 300, 330)))
+    skip / plain, tps: 3.00× (2.73–3.30× across 2 and 2 runs): beyond the run-to-run spread.
+    >>> print(compare(runs("plain", 100, 130), runs("skip", 120, 125)))
+    skip / plain, tps: 1.07× (0.92–1.25× across 2 and 2 runs): within noise here: repeat, lengthen the runs, or use the laptop profile.
+    """
+    a_list = [a_runs] if isinstance(a_runs, Run) else list(a_runs)
+    b_list = [b_runs] if isinstance(b_runs, Run) else list(b_runs)
+    a_name = a_list[0].name if a_list else "a"
+    b_name = b_list[0].name if b_list else "b"
+    a_range, b_range = _range(a_list, metric), _range(b_list, metric)
+    found = [lim for run in a_list + b_list for lim in limits(run)]
+    held = list(dict.fromkeys(found))  # each once, in order
+    if a_range is None or b_range is None or not statistics.mean(a_range[0]):
+        missing = a_name if a_range is None or not a_range[0] else b_name
+        return Verdict(metric, a_name, b_name, a_range[0] if a_range else [], b_range[0] if b_range else [], None,
+                       None, None, False, "none", held,
+                       f"{b_name} / {a_name}, {metric}: no comparison, {missing} has no {metric} figure.")
+    a_values, a_low, a_high, a_basis = a_range
+    b_values, b_low, b_high, b_basis = b_range
+    a_mean, b_mean = statistics.mean(a_values), statistics.mean(b_values)
+    ratio = b_mean / a_mean
+    low = b_low / a_high if a_high else None
+    high = b_high / a_low if a_low else None
+    basis = "repeats" if a_basis == b_basis == "repeats" else "seconds"
+    apart = b_low > a_high or a_low > b_high
+    stands = apart and abs(b_mean - a_mean) > max(a_high - a_low, b_high - b_low)
+    spread = "" if low is None or high is None else f"{low:.2f}–{high:.2f}×"
+    if basis == "repeats":
+        counted = f"across {len(a_values)} and {len(b_values)} runs"
+        judged = "beyond the run-to-run spread" if stands else (
+            "within noise here: repeat, lengthen the runs, or use the laptop profile")
+    else:
+        counted = "one run of at least one side: its spread is second to second"
+        judged = ("beyond the second-to-second spread, but one run says nothing of run-to-run noise: repeat to be sure"
+                  if stands else "within the second-to-second spread: repeat, lengthen the runs, or use the laptop "
+                                 "profile")
+    sentence = f"{b_name} / {a_name}, {metric}: {ratio:.2f}× ({spread} {counted}): {judged}."
+    if held:
+        sentence += " What held the runs back: " + "; ".join(held) + "."
+    return Verdict(metric, a_name, b_name, a_values, b_values, round(ratio, 4), None if low is None else round(low, 4),
+                   None if high is None else round(high, 4), stands, basis, held, sentence)
+
+
+def limits(run: Run) -> list[str]:
+    """What held a run back, from its own records: the client, other processes, the CPU, waits, I/O.
+
+    >>> cpu = {"pgbench": 0.2, "backends": 0.3, "server_other": 0.0, "idle": 0.0, "cpus": 2, "threads": 1,
+    ...        "pgbench_per_thread": 0.2}
+    >>> limits(Run("r", "nb", "ci", "now", extra={"cpu": cpu}))
+    ['other processes on this machine used 1.5 of its 2 cores (r: pgbench 0.2, the server 0.3)']
+    """
+    found = cpu_limits(run.extra.get("cpu") or {}, run.name) if run.extra.get("cpu") else []
+    shares = wait_shares(run)
+    for kind, label in (("Client", "the client: its backends waited for pgbench's next statement"),
+                        ("Lock", "heavyweight lock waits"), ("LWLock", "LWLock waits"), ("IO", "I/O waits")):
+        share = shares.get(kind, 0.0)
+        if share >= WAIT_SHARE:
+            found.append(f"{label} ({share:.0%} of {run.name}'s clients on average)")
+    return found
+
+
+def wait_shares(run: Run) -> dict[str, float]:
+    """The share of the run's clients in each wait class over its steady phase (``CPU``, ``Lock``, ``Client`` ...)."""
+    samples = [row for row in run.probes.get("waits") or [] if run.phase_of(row["t"]) == "steady"]
+    instants = {row["t"] for row in samples}
+    if not instants:
+        return {}
+    totals: dict[str, float] = {}
+    for row in samples:
+        kind = row["wait"].split(":", 1)[0].strip()
+        totals[kind] = totals.get(kind, 0.0) + row["backends"]
+    clients = sum(totals.values()) / len(instants)
+    return {kind: total / len(instants) / clients for kind, total in totals.items()} if clients else {}
