@@ -1,7 +1,10 @@
 """LABKIT_BACKEND=docker: the image in docker/, started through testcontainers.
 
 Only for machines with a Docker engine. When none answers, labkit says so within a few
-seconds instead of hanging.
+seconds instead of hanging. Each container gets a superuser password of its own, kept in a
+file only the user can read while it runs. On an engine of this machine its port is published
+on 127.0.0.1 only; an engine elsewhere (DOCKER_HOST) publishes it on every address of its host,
+which labkit says in a warning when it starts the container.
 """
 
 from __future__ import annotations
@@ -9,14 +12,16 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import secrets
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
 import psycopg.conninfo
 
-from . import config, db
+from . import config, db, processes
 from .backend import Server, Status, lab_settings, quote_setting
 from .errors import LabkitError, ServerStartFailed, tail
 from .profiles import Profile
@@ -62,19 +67,19 @@ def engine_problem(timeout: float = 3.0) -> str | None:
     return None
 
 
-def container_environment(profile: Profile) -> dict[str, str]:
-    """The container's environment: the profile's settings as postgresql.conf lines in LABKIT_SETTINGS.
+def container_environment(profile: Profile, password: str) -> dict[str, str]:
+    """The container's environment: its superuser's password, the profile's settings as postgresql.conf lines.
 
     The image appends them to postgresql.conf when it makes the cluster
     (``docker/initdb/labkit-settings.sh``), where ``ALTER SYSTEM`` can still override them, as
     on the embedded server. A ``-c`` option on the server's command line would win over
     ``ALTER SYSTEM``, so that ``lab.set(max_connections=...)`` would change nothing.
 
-    >>> container_environment(Profile.named("ci"))["LABKIT_SETTINGS"].splitlines()[0]
+    >>> container_environment(Profile.named("ci"), "s3cret")["LABKIT_SETTINGS"].splitlines()[0]
     "max_connections = '300'"
     """
     lines = [f"{name} = {quote_setting(value)}" for name, value in lab_settings(profile, "linux").items()]
-    return {"POSTGRES_PASSWORD": "lab", "LABKIT_SETTINGS": "\n".join(lines)}
+    return {"POSTGRES_PASSWORD": password, "LABKIT_SETTINGS": "\n".join(lines)}
 
 
 def wait_until_answers(conninfo: Callable[[], str], timeout_s: float = 60.0, pause_s: float = 0.25) -> int:
@@ -129,6 +134,19 @@ class DockerServer(Server):
 
     def __init__(self):
         self.container = None
+        self.password = ""
+        # in the server's home, as the embedded server's; named for this process, whose container it opens
+        self.password_file = config.home() / "docker" / f"password-{os.getpid()}-{secrets.token_hex(4)}"
+
+    def _new_password(self) -> None:
+        """A password for the next container, in a file only the user can read; files of processes gone are removed."""
+        self.password = secrets.token_urlsafe(24)
+        folder = config.private_dir(self.password_file.parent)
+        for stale in folder.glob("password-*"):
+            pid = stale.name.split("-")[1]
+            if pid.isdigit() and int(pid) != os.getpid() and not processes.alive(int(pid)):
+                stale.unlink(missing_ok=True)
+        config.write_private(self.password_file, self.password)
 
     def start(self, profile: Profile, *, watch: bool = True) -> bool:
         if self.running():
@@ -146,30 +164,44 @@ class DockerServer(Server):
             raise ServerStartFailed(str(missing)) from None
         image = DockerImage(path=str(context), tag=IMAGE_TAG)
         image.build()
-        self.container = PostgresContainer(IMAGE_TAG, username="postgres", password="lab", dbname="postgres",
+        self._new_password()
+        self.container = PostgresContainer(IMAGE_TAG, username="postgres", password=self.password, dbname="postgres",
                                            driver=None)
-        for name, value in container_environment(profile).items():
+        for name, value in container_environment(profile, self.password).items():
             self.container.with_env(name, value)
-        if _local_engine():
+        local = _local_engine()
+        if local:
             # Docker publishes on every address by default; the lab server answers this machine only.
             self.container.ports[str(self.container.port)] = ("127.0.0.1", None)  # type: ignore[assignment]  # docker-py takes (address, port)
         try:
             self.container.start()
         except Exception as error:  # noqa: BLE001 - docker and testcontainers raise many kinds
             container, self.container = self.container, None
+            self.password_file.unlink(missing_ok=True)
             first = (str(error).strip().splitlines() or [type(error).__name__])[0]
             detail = _OFFLINE_HINT if "registry" in first or "pull" in first else _container_log(container)
             raise ServerStartFailed(f"Could not start the lab server's container: {first[:300]}",
                                     detail=detail) from None
+        if not local:  # 127.0.0.1 there would be that host's own loopback, out of labkit's reach
+            warnings.warn(f"The lab server's container is published on every address of the Docker host, at "
+                          f"{self._address()} (DOCKER_HOST is not this machine): anyone who reaches that host may "
+                          f"try its password (in {self.password_file}).", stacklevel=2)
         # A kernel that ends normally removes its container itself; Ryuk covers a killed one.
         atexit.register(self._stop_at_exit)
         return True
+
+    def _address(self) -> str:
+        """host:port where the container's server is published."""
+        assert self.container is not None
+        host = "127.0.0.1" if _local_engine() else self.container.get_container_host_ip()
+        return f"{host}:{self.container.get_exposed_port(5432)}"
 
     def stop(self, mode: str = "fast") -> bool:
         if self.container is None:
             return False
         self.container.stop()
         self.container = None
+        self.password_file.unlink(missing_ok=True)
         return True
 
     def _stop_at_exit(self) -> None:
@@ -199,15 +231,21 @@ class DockerServer(Server):
     def conninfo(self, database: str | None = None) -> str:
         if self.container is None:
             raise LabkitError("The docker server is not started: run labkit.start() first.")
-        host = "127.0.0.1" if _local_engine() else self.container.get_container_host_ip()
-        port = self.container.get_exposed_port(5432)
-        return psycopg.conninfo.make_conninfo(host=host, port=port, user="postgres", password="lab",
+        host, port = self._address().rsplit(":", 1)
+        return psycopg.conninfo.make_conninfo(host=host, port=port, user="postgres", password=self.password,
                                               dbname=database or "postgres")
+
+    def uri(self, database: str | None = None) -> str:
+        """A URI for psql or pgbench typed by hand (the password is in the password file)."""
+        if self.container is None:
+            raise LabkitError("The docker server is not started: run labkit.start() first.")
+        return f"postgresql://postgres@{self._address()}/{database or 'postgres'}"
 
     def status(self) -> Status:
         listens = None
         if self.container is not None:
-            listens = f"127.0.0.1:{self.container.get_exposed_port(5432)} (the container's port, this machine only)"
+            where = "this machine only" if _local_engine() else "every address of the Docker host"
+            listens = f"{self._address()} (the container's port, {where}; password in {self.password_file})"
         return Status(self.kind, self.running(), listens=listens)
 
 

@@ -93,7 +93,7 @@ def test_the_server_gets_its_settings_where_alter_system_can_change_them(fake_en
     try:
         (container,) = fake_engine
         assert not [entry for entry in container.log if entry[0] == "command"]  # no -c: it would beat ALTER SYSTEM
-        assert container.env == container_environment(Profile.named("laptop"))
+        assert container.env == container_environment(Profile.named("laptop"), server.password)
         assert "max_connections = '600'" in container.env["LABKIT_SETTINGS"].splitlines()
         assert container.ports == {"5432": ("127.0.0.1", None)}  # this machine only
     finally:
@@ -106,7 +106,7 @@ def test_the_images_script_writes_the_profile_and_alter_system_still_wins(tmp_pa
     data = tmp_path / "données du cluster"  # a space and non-ASCII, as a student's folder may have
     data.mkdir()
     (data / "postgresql.conf").write_text("max_connections = 100\n", encoding="utf-8")
-    environment = {**os.environ, "PGDATA": str(data), **container_environment(Profile.named("article"))}
+    environment = {**os.environ, "PGDATA": str(data), **container_environment(Profile.named("article"), "pw")}
     subprocess.run(["sh", str(ROOT / "docker" / "initdb" / "labkit-settings.sh")], env=environment, check=True)
 
     def effective(*extra):

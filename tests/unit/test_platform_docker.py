@@ -4,7 +4,9 @@ The compose file's server must get the settings labkit's profiles want (labkit.b
 is the one list); the backend's container gets a password of its own and a port on this machine only.
 """
 
+import os
 import re
+import stat
 from pathlib import Path
 
 import pytest
@@ -73,3 +75,105 @@ def test_the_header_says_what_to_set_for_each_profile_and_that_gives_its_setting
 
 def test_the_image_bakes_only_what_every_profile_shares():
     assert set(image_settings()) <= set(LAB_SETTINGS)
+
+
+class FakeContainer:
+    """What labkit calls on testcontainers' PostgresContainer, recorded (no engine here)."""
+
+    made: list = []
+
+    def __init__(self, image, **options):
+        self.options = options
+        self.env = {}
+        self.port = 5432
+        self.ports = {}
+        FakeContainer.made.append(self)
+
+    def with_env(self, name, value):
+        self.env[name] = value
+        return self
+
+    def start(self):
+        return self
+
+    def stop(self):
+        pass
+
+    def get_container_host_ip(self):
+        return "docker.example.test"
+
+    def get_exposed_port(self, port):
+        return 49153
+
+
+@pytest.fixture
+def engine(monkeypatch, tmp_path):
+    """A fake engine, local unless the test says otherwise; labkit's files in ``tmp_path``."""
+    import testcontainers.community.postgres
+    import testcontainers.core.image
+
+    from labkit import docker_backend
+
+    class FakeImage:
+        def __init__(self, path, tag):
+            pass
+
+        def build(self):
+            return self
+
+    FakeContainer.made.clear()
+    monkeypatch.setenv("LABKIT_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(docker_backend, "engine_problem", lambda timeout=3.0: None)
+    monkeypatch.setattr(docker_backend, "_local_engine", lambda: True)
+    monkeypatch.setattr(testcontainers.core.image, "DockerImage", FakeImage)
+    monkeypatch.setattr(testcontainers.community.postgres, "PostgresContainer", FakeContainer)
+    return docker_backend
+
+
+def test_each_container_gets_a_password_of_its_own_kept_in_a_private_file(engine):
+    import psycopg.conninfo
+
+    first, second = engine.DockerServer(), engine.DockerServer()
+    first.start(Profile.named("ci"))
+    second.start(Profile.named("ci"))
+    try:
+        passwords = [psycopg.conninfo.conninfo_to_dict(server.conninfo())["password"] for server in (first, second)]
+        assert passwords[0] != passwords[1] and all(len(password) >= 24 and password != "lab" for password in passwords)
+        for server, container, password in zip((first, second), FakeContainer.made, passwords):
+            assert container.env["POSTGRES_PASSWORD"] == password and container.options["password"] == password
+            assert server.password_file.read_text(encoding="utf-8") == password
+            assert os.name == "nt" or stat.S_IMODE(server.password_file.stat().st_mode) == 0o600
+            assert password not in server.uri() and str(server.password_file) in server.status().listens
+    finally:
+        files = [first.password_file, second.password_file]
+        first.stop()
+        second.stop()
+    assert not [path for path in files if path.exists()]  # a stopped container's password goes with it
+
+
+def test_a_local_engine_publishes_on_this_machine_only_and_says_nothing(engine, recwarn):
+    server = engine.DockerServer()
+    server.start(Profile.named("ci"))
+    try:
+        (container,) = FakeContainer.made
+        assert container.ports == {"5432": ("127.0.0.1", None)}
+        assert server.status().listens.startswith("127.0.0.1:49153 ")
+        assert not recwarn.list
+    finally:
+        server.stop()
+
+
+def test_a_remote_engine_says_in_one_line_where_the_server_is_published(engine, monkeypatch):
+    monkeypatch.setattr(engine, "_local_engine", lambda: False)
+    server = engine.DockerServer()
+    with pytest.warns(UserWarning) as said:
+        server.start(Profile.named("ci"))
+    try:
+        (container,) = FakeContainer.made
+        assert container.ports == {}  # 127.0.0.1 there would be the remote host's own loopback
+        (warning,) = said.list
+        text = str(warning.message)
+        assert "\n" not in text and "docker.example.test:49153" in text and "every address" in text
+        assert server.status().listens.startswith("docker.example.test:49153 ")
+    finally:
+        server.stop()
