@@ -622,29 +622,49 @@ def _ratio(row: dict, column: str, per: str | None) -> float | None:
     return value / divisor if isinstance(divisor, (int, float)) and divisor else None
 
 
-def compare(runs: list[Run], *, metric: str = "tps", title: str | None = None):
-    """Several runs, each in its colour: tps per second over time (top) and one bar each (below).
+def _grouped(runs: list[Run]) -> dict[str, list[Run]]:
+    """Runs by name, in the order given: the repeats of one name together."""
+    groups: dict[str, list[Run]] = {}
+    for run in runs:
+        groups.setdefault(run.name, []).append(run)
+    return groups
 
-    ``metric`` is ``tps`` or the name of an ``extra`` figure (e.g. ``goodput``), drawn as hatched
-    bars beside tps; goodput is also drawn dashed over time for runs that sampled their work.
+
+def _group_label(group: list[Run]) -> str:
+    return group[0].label + (f" ×{len(group)}" if len(group) > 1 else "")
+
+
+def compare(runs: list[Run], *, metric: str = "tps", title: str | None = None):
+    """Several runs, each name in its colour: tps per second over time (top) and one bar each (below).
+
+    Repeats of one name (``lab.pgbench(..., repeats=3)``) are drawn together: every repeat's line
+    over time, and one bar at their mean with their range as an error bar. Figures are over each
+    run's steady phase. ``metric`` is ``tps`` or the name of an ``extra`` figure (e.g.
+    ``goodput``), drawn as hatched bars beside tps; goodput is also drawn dashed over time for
+    runs that sampled their work.
     """
     go, make_subplots = _go()
+    groups = _grouped(runs)
     beside = metric != "tps"
-    heights = [300, 50 + 28 * len(runs) * (2 if beside else 1)]
+    heights = [300, 50 + 28 * len(groups) * (2 if beside else 1)]
     gap = GAP_PIXELS + 30  # the top panel's axis title, then the bars' panel title
     figure = make_subplots(rows=2, cols=1, row_heights=heights, vertical_spacing=gap / (sum(heights) + gap),
-                           subplot_titles=["tps per second", "per run" + (f": tps and {metric}" if beside else "")])
+                           subplot_titles=["tps per second", "per run, over its steady phase"
+                                           + (f": tps and {metric}" if beside else "")])
     style.apply(figure)
-    for run in runs:
-        color = run_color(run)
-        figure.add_trace(go.Scatter(x=[p["t"] for p in run.per_second], y=[p["tps"] for p in run.per_second],
-                                    name=run.label, mode="lines", legendgroup=run.label,
-                                    line=dict(color=color, width=2, dash=style.TPS_DASH)), row=1, col=1)
-        if metric == "goodput" and run.probes.get(WORK):
-            goodput = _goodput_trace(run.probes[WORK], color).update(name=f"{run.label}: goodput",
-                                                                     legendgroup=run.label, mode="lines")
-            figure.add_trace(goodput, row=1, col=1)
-    for trace in _bars(runs, metric):
+    for group in groups.values():
+        label = _group_label(group)
+        for index, run in enumerate(group):
+            color = run_color(run)
+            figure.add_trace(go.Scatter(x=[p["t"] for p in run.per_second], y=[p["tps"] for p in run.per_second],
+                                        name=label, mode="lines", legendgroup=label, showlegend=index == 0,
+                                        line=dict(color=color, width=2 if index == 0 else 1, dash=style.TPS_DASH)),
+                             row=1, col=1)
+            if metric == "goodput" and run.probes.get(WORK):
+                goodput = _goodput_trace(run.probes[WORK], color).update(name=f"{label}: goodput", legendgroup=label,
+                                                                         mode="lines", showlegend=index == 0)
+                figure.add_trace(goodput, row=1, col=1)
+    for trace in _bars(list(groups.values()), metric):
         figure.add_trace(trace, row=2, col=1)
     figure.update_layout(
         title=title or "runs compared", height=sum(heights) + gap + TOP_PIXELS + BOTTOM_PIXELS, barmode="group",
@@ -660,19 +680,36 @@ def compare(runs: list[Run], *, metric: str = "tps", title: str | None = None):
     return figure
 
 
-def _bars(runs: list[Run], metric: str) -> list:
-    """Horizontal bars (their labels stay readable): tps solid, ``metric`` hatched, each run in its colour."""
+def _mean_and_range(group: list[Run], metric: str) -> tuple[float | None, float, float]:
+    """The group's mean of ``metric`` and how far its lowest and highest value lie below and above it."""
+    from .verdict import value
+
+    values = [v for v in (value(run, metric) for run in group) if v is not None]
+    if not values:
+        return None, 0.0, 0.0
+    mean = sum(values) / len(values)
+    return mean, mean - min(values), max(values) - mean
+
+
+def _bars(groups: list[list[Run]], metric: str) -> list:
+    """Horizontal bars (their labels stay readable): tps solid, ``metric`` hatched, each name in its colour.
+
+    A bar is the mean of the name's repeats; its error bar spans their lowest to highest value.
+    """
     go, _ = _go()
-    labels = [run.label for run in runs]
-    colors = [run_color(run) for run in runs]
+    labels = [_group_label(group) for group in groups]
+    colors = [run_color(group[0]) for group in groups]
     common = dict(y=labels, orientation="h", textposition="outside", cliponaxis=False, legend="legend2")
-    bars = [go.Bar(x=[run.tps for run in runs], name="tps (pgbench)", marker=dict(color=colors),
-                   texttemplate="%{x:,.0f}", **common)]
-    if metric != "tps":
-        values = [run.extra.get(metric) for run in runs]
-        bars.append(go.Bar(x=values, name=metric, texttemplate="%{x:,.4~g}" if metric != "goodput" else "%{x:,.0f}",
-                           marker=dict(color="white", line=dict(color=colors, width=1.5),
-                                       pattern=dict(shape="/", fgcolor=colors, solidity=0.45)), **common))
+    bars = []
+    for shown, name, extra in (("tps", "tps", {}), (metric, metric, {}))[: 2 if metric != "tps" else 1]:
+        figures = [_mean_and_range(group, shown) for group in groups]
+        error = dict(type="data", array=[up for _, _, up in figures], arrayminus=[down for _, down, _ in figures],
+                     visible=any(len(group) > 1 for group in groups), color=style.PLANNED_END_COLOR, thickness=1.2)
+        marker = dict(color=colors) if shown == "tps" else dict(
+            color="white", line=dict(color=colors, width=1.5), pattern=dict(shape="/", fgcolor=colors, solidity=0.45))
+        text = "%{x:,.0f}" if shown in ("tps", "goodput") else "%{x:,.4~g}"
+        bars.append(go.Bar(x=[mean for mean, _, _ in figures], name=name if shown != "tps" else "tps (mean of repeats)",
+                           marker=marker, error_x=error, texttemplate=text, **common, **extra))
     return bars
 
 
@@ -684,28 +721,36 @@ def _bar_legends(figure) -> dict:
 
 
 def sweep(runs: list[Run], *, title: str | None = None):
-    """Throughput against clients, one colour per method: pgbench's tps (solid) and goodput (dashed).
+    """Throughput against clients, one colour per method: tps (solid) and goodput (dashed), each with its range.
 
     A method is ``run.extra["method"]`` (what :meth:`labkit.lab.Lab.sweep` records) or the run's name;
-    of several runs with the same method and clients, the newest counts. The x axis is logarithmic,
-    with a tick at each number of clients measured.
+    of several runs with the same method and clients, the newest series counts (its repeats: the
+    point is their mean, the error bar their range). The x axis is logarithmic, with a tick at each
+    number of clients measured.
     """
     go, _ = _go()
-    points: dict[str, dict[int, Run]] = {}
+    points: dict[str, dict[int, list[Run]]] = {}
     for run in sorted(runs, key=lambda r: r.started_at):
-        points.setdefault(run.extra.get("method", run.name), {})[run.clients] = run
+        by_clients = points.setdefault(run.extra.get("method", run.name), {})
+        kept = by_clients.get(run.clients)
+        if kept and run.series and kept[-1].series == run.series:
+            kept.append(run)
+        else:
+            by_clients[run.clients] = [run]
     figure = style.apply(go.Figure())
     for method, by_clients in points.items():
         color = style.color(method)
         clients = sorted(by_clients)
-        figure.add_trace(go.Scatter(x=clients, y=[by_clients[c].tps for c in clients], name=f"{method}: tps",
-                                    mode="lines+markers", legendgroup=method,
-                                    line=dict(color=color, width=2, dash=style.TPS_DASH)))
-        if any("goodput" in by_clients[c].extra for c in clients):
-            figure.add_trace(go.Scatter(x=clients, y=[by_clients[c].extra.get("goodput") for c in clients],
-                                        name=f"{method}: goodput", mode="lines+markers", legendgroup=method,
-                                        line=dict(color=color, width=2, dash=style.GOODPUT_DASH),
-                                        marker_symbol="diamond"))
+        for metric, dash, symbol in (("tps", style.TPS_DASH, "circle"), ("goodput", style.GOODPUT_DASH, "diamond")):
+            figures = [_mean_and_range(by_clients[c], metric) for c in clients]
+            if all(mean is None for mean, _, _ in figures):
+                continue
+            repeated = any(len(by_clients[c]) > 1 for c in clients)
+            figure.add_trace(go.Scatter(
+                x=clients, y=[mean for mean, _, _ in figures], name=f"{method}: {metric}", mode="lines+markers",
+                legendgroup=method, line=dict(color=color, width=2, dash=dash), marker_symbol=symbol,
+                error_y=dict(type="data", array=[up for _, _, up in figures],
+                             arrayminus=[down for _, down, _ in figures], visible=repeated, thickness=1.2)))
     measured = sorted({clients for by_clients in points.values() for clients in by_clients})
     figure.update_layout(title=title or "throughput by number of clients", height=460, hovermode="x unified")
     figure.update_xaxes(type="log", title_text="clients (log scale)", tickmode="array", tickvals=measured,

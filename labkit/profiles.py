@@ -33,6 +33,7 @@ class Profile:
     duration_s: int
     shared_buffers: str
     largest_clients: int  # the most clients any lab runs under this profile: max_connections fits them
+    repeats: int = 1  # runs of each key comparison, so that its verdict knows the run-to-run spread
 
     @classmethod
     def named(cls, name: str) -> Profile:
@@ -66,6 +67,7 @@ _PROFILES = {
         duration_s=4,
         shared_buffers="128MB",
         largest_clients=256,
+        repeats=2,
     ),
     "laptop": Profile(
         "laptop",
@@ -75,6 +77,7 @@ _PROFILES = {
         duration_s=15,
         shared_buffers="256MB",
         largest_clients=512,
+        repeats=3,
     ),
     "article": Profile(
         "article",
@@ -84,6 +87,7 @@ _PROFILES = {
         duration_s=60,
         shared_buffers="1GB",
         largest_clients=1920,
+        repeats=2,
     ),
 }
 

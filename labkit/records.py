@@ -182,12 +182,22 @@ class Run:
         return cls(**{key: value for key, value in data.items() if key in known})
 
     def save(self, directory: Path | None = None) -> Path:
-        directory = directory or config.results_dir()
-        config.private_dir(directory, 0o755)
-        stamp = self.started_at.replace(":", "").replace("-", "")[:15]
-        path = directory / f"{slug(self.notebook)}--{slug(self.name)}--{stamp}.json"
-        path.write_text(json.dumps(self.to_dict(), indent=1, default=str, ensure_ascii=False), encoding=ENCODING)
-        path.chmod(0o644)
+        """Write the record as JSON (again to its own file once saved): ``<notebook>--<name>--<time>[-n].json``.
+
+        Two runs of one name within a second get two files, never one: the second takes the
+        first free ``-2``, ``-3`` ... A results folder that exists keeps its own permissions; one
+        made here is private to its owner.
+        """
+        directory = Path(directory or config.results_dir())
+        if not directory.exists():
+            config.private_dir(directory, 0o700)
+        text = json.dumps(self.to_dict(), indent=1, default=str, ensure_ascii=False)
+        if self.path and Path(self.path).parent == directory:
+            path = Path(self.path)
+            path.write_text(text, encoding=ENCODING)
+        else:
+            path = _new_file(directory, f"{slug(self.notebook)}--{slug(self.name)}--"
+                                        f"{self.started_at.replace(':', '').replace('-', '')[:15]}", text)
         self.path = str(path)
         return path
 
@@ -204,6 +214,20 @@ class Run:
                              f"{FORMAT}): update labkit to read it.")
         run.path = str(path)
         return run
+
+
+def _new_file(directory: Path, stem: str, text: str) -> Path:
+    """Create ``stem.json`` (or ``stem-2.json`` ...) that did not exist, owner-only, and write ``text`` to it."""
+    for number in range(1, 10_000):
+        path = directory / (f"{stem}.json" if number == 1 else f"{stem}-{number}.json")
+        try:
+            with open(path, "x", encoding=ENCODING) as handle:  # exclusive: two kernels never share a file
+                handle.write(text)
+        except FileExistsError:
+            continue
+        path.chmod(0o600)
+        return path
+    raise UsageError(f"{directory} holds 10,000 records of {stem}: move some elsewhere (LABKIT_RESULTS).")
 
 
 def _round(value, digits: int = 1):
@@ -249,6 +273,69 @@ def latest(runs: list[Run]) -> dict[str, Run]:
     for run in runs:
         newest[run.name] = run
     return newest
+
+
+def latest_groups(runs: list[Run]) -> dict[str, Repeats]:
+    """The newest repeats of each name: the runs of its newest series (one run, when it was not repeated)."""
+    newest = latest(runs)
+    return {name: Repeats(r for r in runs if r.name == name and (r is run or (run.series and r.series == run.series)))
+            for name, run in newest.items()}
+
+
+class Repeats(list):
+    """The repeats of one cell (a list of :class:`Run`, oldest first): each figure as their mean and range.
+
+    >>> group = Repeats([Run("plain", "nb", "ci", "now", tps=t, repeat=i, repeats=2) for i, t in ((1, 90.0), (2, 110.0))])
+    >>> group.tps, group.spread("tps")
+    (100.0, (90.0, 110.0))
+    """
+
+    @property
+    def name(self) -> str:
+        return self[0].name if self else ""
+
+    @property
+    def clients(self) -> int:
+        return self[0].clients if self else 0
+
+    @property
+    def last(self) -> Run:
+        """The newest repeat (``lab.check`` notes there)."""
+        return self[-1]
+
+    def values(self, metric: str = "tps") -> list[float]:
+        from .verdict import value
+
+        return [v for v in (value(run, metric) for run in self) if v is not None]
+
+    def mean(self, metric: str = "tps") -> float | None:
+        values = self.values(metric)
+        return round(sum(values) / len(values), 3) if values else None
+
+    def spread(self, metric: str = "tps") -> tuple[float, float] | None:
+        """The lowest and highest value of ``metric`` across the repeats."""
+        values = self.values(metric)
+        return (min(values), max(values)) if values else None
+
+    @property
+    def tps(self) -> float | None:
+        return self.mean("tps")
+
+    def summary(self) -> dict:
+        """The repeats' figures: each metric's mean, and its range across them."""
+        row = {"run": self.name, "clients": self.clients, "repeats": len(self)}
+        for metric in ("tps", "goodput", "lat_p99_ms"):
+            low_high = self.spread(metric)
+            if low_high is not None:
+                row[metric] = round(self.mean(metric) or 0.0, 1)
+                row[f"{metric} range"] = f"{low_high[0]:,.1f}–{low_high[1]:,.1f}"
+        return row
+
+    def _repr_html_(self) -> str:
+        import pandas as pd
+
+        each = pd.DataFrame([run.summary() for run in self]).to_html(index=False)
+        return f"{each}<p>{len(self)} repeats: {self.summary()}</p>"
 
 
 def waits_frame(runs: list[Run], *, during: str = "steady"):

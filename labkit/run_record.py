@@ -216,22 +216,62 @@ def no_progress(run: Run) -> str | None:
             "when the machine is quieter, or with fewer clients or a longer run.")
 
 
-def work_figures(done: float, run: Run) -> dict:
-    """Goodput beside tps: work per second on pgbench's own clock, and the share of useful transactions.
+def work_figures(before: float, after: float, run: Run) -> dict:
+    """Goodput beside tps: work per second and the share of useful transactions, over the steady phase.
 
-    pgbench's tps is transactions / (its run time); goodput is work / the same time, so the two
-    compare directly even when some transactions did nothing (a skipped lock, an empty queue).
+    ``before`` and ``after`` are the work counter just before pgbench started and once it ended;
+    the work probe's samples (one a second) give the counter in between, read at the steady
+    phase's two ends (linearly between samples). Where they cannot (no samples, an older
+    record), the whole run on pgbench's own clock: its transactions over its tps.
 
-    >>> work_figures(50, Run("r", "nb", "ci", "now", tps=100.0, transactions=1000, duration_s=10))
-    {'work': 50, 'goodput': 5.0, 'useful': 0.05}
+    >>> run = Run("r", "nb", "ci", "now", tps=200.0, transactions=1000, duration_s=4,
+    ...           phases={"connected_s": 0.1, "steady_from_s": 1.0, "steady_to_s": 4.0, "end_s": 4.2},
+    ...           steady={"transactions": 600}, probes={"work": [{"t": 1.0, "work": 110}, {"t": 2.0, "work": 130},
+    ...                                                         {"t": 3.0, "work": 150}, {"t": 4.0, "work": 170}]})
+    >>> work_figures(100, 174, run)
+    {'work': 74, 'goodput': 20.0, 'useful': 0.1, 'goodput_basis': 'steady phase'}
     """
-    figures = {"work": int(done) if float(done).is_integer() else done}
-    if run.tps and run.transactions:
-        seconds = run.transactions / run.tps
+    done = after - before
+    figures: dict = {"work": int(done) if float(done).is_integer() else done}
+    steady = _steady_work(before, after, run)
+    if steady is not None:
+        work, seconds = steady
+        figures["goodput"] = round(work / seconds, 1)
+        if run.steady.get("transactions"):
+            figures["useful"] = round(work / run.steady["transactions"], 4)
+        figures["goodput_basis"] = "steady phase"
+        return figures
+    whole_tps = run.whole.get("tps", run.tps) if run.whole else run.tps
+    if whole_tps and run.transactions:
+        seconds = run.transactions / whole_tps
     else:
         seconds = run.duration_s or run.wall_s or 0
     if seconds:
         figures["goodput"] = round(done / seconds, 1)
     if run.transactions:
         figures["useful"] = round(done / run.transactions, 4)
+    figures["goodput_basis"] = "whole run"
     return figures
+
+
+def _steady_work(before: float, after: float, run: Run) -> tuple[float, float] | None:
+    """The work done over the steady phase and its length, from the work probe's samples."""
+    from .probes import WORK
+
+    parts = run.phase_parts()
+    rows = [(row["t"], row[WORK]) for row in run.probes.get(WORK) or [] if isinstance(row.get(WORK), (int, float))]
+    if parts is None or parts.steady_s <= 0 or not rows:
+        return None
+    points = sorted([(parts.connected_s, before), *rows, (parts.end_s, after)])
+    start, end = _at(points, parts.steady_from_s), _at(points, parts.steady_to_s)
+    if start is None or end is None:
+        return None
+    return end - start, parts.steady_s
+
+
+def _at(points: list[tuple[float, float]], t: float) -> float | None:
+    """The counter at ``t``, linearly between the samples either side (None outside them)."""
+    for (t0, v0), (t1, v1) in zip(points, points[1:]):
+        if t0 <= t <= t1:
+            return v0 if t1 == t0 else v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+    return None

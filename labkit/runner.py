@@ -42,6 +42,14 @@ OWN_PROBES = (HELD_BY, CPU)  # every run has them
 _ONE_RUN = threading.Lock()
 
 
+class Interrupted(KeyboardInterrupt):
+    """An interrupted run: pgbench stopped, its backends ended; ``run`` is what was measured (saved), or None."""
+
+    def __init__(self, message: str, run: Run | None):
+        super().__init__(message)
+        self.run = run
+
+
 class Observer(Protocol):
     """What hears about a run while it happens (the live chart, the command line's printer)."""
 
@@ -134,8 +142,11 @@ class PgbenchRunner:
         self.target = target
 
     def run(self, spec: pgbench.Spec, *, probes: Sequence[Probe] = (), observer: Observer | None = None,
-            work: str | None = None, perf: bool = False, own_probes: Sequence[str] = OWN_PROBES) -> Run:
+            work: str | None = None, perf: bool = False, own_probes: Sequence[str] = OWN_PROBES,
+            tags: dict | None = None) -> Run:
         """Run ``spec``; ``work`` is SQL counting the work done so far (for goodput), sampled each second.
+
+        ``tags`` are record fields set before it is saved (``repeat``, ``repeats``, ``series``).
 
         ``own_probes`` are labkit's probes that every run has (``held_by``, ``cpu``); the
         benchmark leaves them out to measure what each costs.
@@ -168,12 +179,15 @@ class PgbenchRunner:
             _ONE_RUN.release()
         if work:
             with contextlib.suppress(UsageError):
-                run.extra.update(run_record.work_figures(measure_work(self.target.conninfo, work) - work_before, run))
+                run.extra.update(run_record.work_figures(work_before, measure_work(self.target.conninfo, work), run))
+        for key, value in (tags or {}).items():
+            setattr(run, key, value)
         log.info("run %s: %s transactions, %s tps, %.1f s", spec.name, run.transactions, run.tps, outputs.wall_s)
         if outputs.interrupted:
             if run.transactions:
                 run.save()
-            raise KeyboardInterrupt(f"pgbench run {spec.name!r} interrupted after {outputs.wall_s:.1f} s")
+            raise Interrupted(f"pgbench run {spec.name!r} interrupted after {outputs.wall_s:.1f} s",
+                              run if run.transactions else None)
         reason = run_record.failure(outputs, run)
         if reason is not None:
             raise RunFailed(f"pgbench stopped: {reason}",

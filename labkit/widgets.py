@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 
-from . import live
+from . import live, records
 from .errors import LabkitError, UsageError
 
 
@@ -43,7 +43,7 @@ def _check_before(before, knobs: dict) -> None:
 
 def panel(lab, script: str | dict[str, str], *, name: str = "explore", clients: tuple[int, int] = (1, 64), duration: tuple[int, int] = (2, 60),
           knobs: dict | None = None, before=None, after=None, probes=None, work: str | None = None,
-          mode: str = "simple"):
+          mode: str = "simple", repeats: int = 1):
     """A panel that runs ``script`` with the chosen clients, duration and knobs.
 
     script: one pgbench script, or ``{"method": script}`` for a dropdown of methods.
@@ -56,6 +56,7 @@ def panel(lab, script: str | dict[str, str], *, name: str = "explore", clients: 
     before: called as ``before(lab, **knob_values)`` ahead of each run (e.g. to rebuild an index).
     after: called as ``after(lab, run)`` once each run is recorded (e.g. to note a check in it).
     work, mode: as for :meth:`labkit.lab.Lab.pgbench` (goodput is then shown beside tps).
+    repeats: the repeats slider's starting value (1 to 5): each choice runs that many times, kept together.
     """
     import ipywidgets as w
 
@@ -66,6 +67,7 @@ def panel(lab, script: str | dict[str, str], *, name: str = "explore", clients: 
     client_box = w.BoundedIntText(value=default_clients, min=1, max=100_000, description="clients")
     seconds = w.IntSlider(value=min(max(lab.profile.duration_s, duration[0]), duration[1]), min=duration[0],
                           max=duration[1], description="seconds")
+    repeat_slider = w.IntSlider(value=min(max(repeats, 1), 5), min=1, max=5, description="repeats")
     knob_widgets = {}
     methods = w.Dropdown(options=list(script), description="method") if isinstance(script, dict) else None
     for label, choice in knobs.items():
@@ -92,7 +94,9 @@ def panel(lab, script: str | dict[str, str], *, name: str = "explore", clients: 
         values = {label: widget.value for label, widget in knob_widgets.items()}
         text, run_name = (script[methods.value], f"{name}-{methods.value}") if methods else (script, name)
         run_name = panel_run_name(run_name, count, values)
-        message.value = f"Running {run_name} with {count} clients for {seconds.value} s ..."
+        times = repeat_slider.value
+        message.value = (f"Running {run_name} with {count} clients for {seconds.value} s"
+                         + (f", {times} times" if times > 1 else "") + " ...")
         button.disabled = True
         output.clear_output()
         for view in shown:  # the last run's live view, no longer in the panel
@@ -103,13 +107,20 @@ def panel(lab, script: str | dict[str, str], *, name: str = "explore", clients: 
                 if before is not None:
                     before(lab, **values)
                 options = [item for label, value in values.items() for item in ("-D", f"{label}={value}")]
-                run = lab.pgbench(text, name=run_name, clients=count, duration=seconds.value, options=options,
-                                  probes=probes, live=True, work=work, mode=mode)
-                run.note(**values)  # one column each in lab.runs()
-                if after is not None:
-                    after(lab, run)
-            goodput = f", goodput {run.extra['goodput']:,.0f}/s" if "goodput" in run.extra else ""
-            message.value = f"{run_name}: {run.tps:,.0f} tps{goodput} with {count} clients (saved)."
+
+                def each(run):
+                    run.note(**values)  # one column each in lab.runs()
+                    if after is not None:
+                        after(lab, run)
+
+                result = lab.pgbench(text, name=run_name, clients=count, duration=seconds.value, options=options,
+                                     probes=probes, live=True, work=work, mode=mode, repeats=times, after=each)
+            group = result if isinstance(result, records.Repeats) else records.Repeats([result])
+            spread = group.spread("tps")
+            ranged = f" ({spread[0]:,.0f}–{spread[1]:,.0f} over {len(group)} runs)" if len(group) > 1 and spread else ""
+            goodput = group.mean("goodput")
+            shown_goodput = f", goodput {goodput:,.0f}/s" if goodput is not None else ""
+            message.value = f"{run_name}: {group.tps or 0:,.0f} tps{ranged}{shown_goodput} with {count} clients (saved)."
         except LabkitError as error:
             message.value = f"<span style='color:#b00'>{error.short}</span>"
         finally:
@@ -117,7 +128,8 @@ def panel(lab, script: str | dict[str, str], *, name: str = "explore", clients: 
             button.disabled = False
 
     button.on_click(on_click)
-    controls = w.VBox([*([methods] if methods else []), client_box, seconds, *knob_widgets.values(), w.HBox([button, message])])
+    controls = w.VBox([*([methods] if methods else []), client_box, seconds, repeat_slider, *knob_widgets.values(),
+                       w.HBox([button, message])])
     box = w.VBox([controls, output])
     box.run = lambda: on_click(None)  # for tests and headless runs: press the button
     box.views = shown
@@ -125,4 +137,5 @@ def panel(lab, script: str | dict[str, str], *, name: str = "explore", clients: 
     box.clients = client_box
     box.methods = methods
     box.knobs = knob_widgets
+    box.repeats = repeat_slider
     return box

@@ -18,8 +18,8 @@ def test_record_round_trip(tmp_path):
     run = make_run()
     path = run.save(tmp_path)
     assert path.name == "02-flash-sale--plain--20261121T100000.json"
-    # Readable by others, writable by its owner only (Windows has no modes: only the read-only flag, clear).
-    assert oct(path.stat().st_mode & 0o777) == ("0o666" if os.name == "nt" else "0o644")
+    # Its owner's only (Windows has no modes: only the read-only flag, clear).
+    assert oct(path.stat().st_mode & 0o777) == ("0o666" if os.name == "nt" else "0o600")
     loaded = records.Run.load(path)
     assert loaded.to_dict() == run.to_dict()
     assert loaded.summary()["goodput"] == 42.0
@@ -113,9 +113,10 @@ def test_work_figures_put_goodput_on_pgbench_clock():
     run = make_run(tps=1000.0)
     run.transactions = 4000  # pgbench's clock: 4 s
     run.duration_s = 5.0
-    assert work_figures(1000, run) == {"work": 1000, "goodput": 250.0, "useful": 0.25}
-    run.tps, run.transactions = None, None  # no summary (an interrupted run): the -T duration
-    assert work_figures(1000.0, run) == {"work": 1000, "goodput": 200.0}
+    run.whole = {"tps": 1000.0}
+    assert work_figures(0, 1000, run) == {"work": 1000, "goodput": 250.0, "useful": 0.25, "goodput_basis": "whole run"}
+    run.tps, run.transactions, run.whole = None, None, {}  # no summary (an interrupted run): the -T duration
+    assert work_figures(0, 1000.0, run) == {"work": 1000, "goodput": 200.0, "goodput_basis": "whole run"}
 
 
 def test_waits_frame_averages_backends_per_sample():

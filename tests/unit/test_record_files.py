@@ -1,0 +1,42 @@
+"""Where run records go: one file per run, even two of one name in one second; the results folder left as it is."""
+
+import os
+import stat
+
+import pytest
+
+from labkit import records
+
+
+def _run(script: str) -> records.Run:
+    return records.Run("quick", "nb", "ci", "2026-11-26T10:00:00+00:00", scripts=[{"name": "s", "text": script}])
+
+
+def test_two_runs_of_one_name_in_one_second_keep_two_records(tmp_path):
+    first, second = _run("select 1;"), _run("select 2;")
+    first_path, second_path = first.save(tmp_path), second.save(tmp_path)
+    assert first_path != second_path
+    assert records.Run.load(first_path).scripts[0]["text"] == "select 1;"
+    assert records.Run.load(second_path).scripts[0]["text"] == "select 2;"
+    # a note on the first writes to its own file, not to the newest of that name
+    first.note(answer=42)
+    assert records.Run.load(first_path).extra == {"answer": 42} and records.Run.load(second_path).extra == {}
+    assert len(list(tmp_path.glob("*.json"))) == 2
+
+
+@pytest.mark.posix
+def test_an_existing_results_folder_keeps_its_permissions_and_a_new_one_is_private(tmp_path):
+    private = tmp_path / "mine"
+    private.mkdir(mode=0o700)
+    private.chmod(0o700)
+    _run("select 1;").save(private)
+    assert stat.S_IMODE(private.stat().st_mode) == 0o700
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o750)
+    _run("select 1;").save(shared)
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o750
+    made = tmp_path / "made" / "here"
+    path = _run("select 1;").save(made)
+    assert stat.S_IMODE(made.stat().st_mode) == 0o700 and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert os.access(path, os.R_OK)

@@ -1,0 +1,79 @@
+"""The verdict: a ratio with its spread, beyond it or within noise, and what held the runs back."""
+
+from labkit import records, verdict
+from labkit.records import Run
+
+
+def runs(name, *tps, **fields):
+    return [Run(name, "nb", "ci", "now", tps=t, repeat=i, repeats=len(tps), series=f"{name}@now", **fields)
+            for i, t in enumerate(tps, start=1)]
+
+
+def test_groups_whose_spreads_overlap_are_within_noise():
+    found = verdict.compare(runs("plain", 100, 140, 120), runs("spread", 110, 150, 125))
+    assert found.stands is False and found.basis == "repeats"
+    assert "within noise here: repeat, lengthen the runs, or use the laptop profile" in found.sentence
+    assert found.ratio == round(((110 + 150 + 125) / 3) / 120, 4)
+    assert (found.low, found.high) == (round(110 / 140, 4), round(150 / 100, 4))
+
+
+def test_groups_apart_give_their_ratio_beyond_the_spread():
+    found = verdict.compare(runs("plain", 100, 104, 98), runs("skip-locked", 310, 300, 305))
+    assert found.stands is True
+    assert found.sentence.startswith("skip-locked / plain, tps: 3.03× (2.88–3.16× across 3 and 3 runs): "
+                                     "beyond the run-to-run spread.")
+
+
+def test_ranges_that_barely_miss_each_other_do_not_stand():
+    """Two runs each whose ranges do not overlap, but whose means differ by less than a range: noise."""
+    found = verdict.compare(runs("a", 100, 120), runs("b", 121, 125))
+    assert found.low > 1 and found.stands is False
+
+
+def test_one_run_each_uses_its_seconds_and_says_so():
+    def one(name, seconds):
+        points = [{"t": float(t), "tps": v} for t, v in enumerate(seconds, start=1)]
+        phases = {"connected_s": 0.01, "steady_from_s": 1.0, "steady_to_s": float(len(seconds)), "end_s": float(len(seconds))}
+        return Run(name, "nb", "ci", "now", tps=sum(seconds[1:]) / (len(seconds) - 1), per_second=points, phases=phases)
+
+    a = one("plain", [10, 100, 102, 98, 101, 99])
+    b = one("skip", [10, 300, 310, 290, 305, 295])
+    found = verdict.compare(a, b)
+    assert found.basis == "seconds" and found.stands is True
+    assert "one run of at least one side: its spread is second to second" in found.sentence
+    assert "repeat to be sure" in found.sentence
+    # the first second is the start: its 10 tps is not part of the spread
+    assert found.low > 2.8
+
+
+def test_a_client_bound_run_says_so():
+    cpu = {"pgbench": 0.93, "backends": 0.6, "server_other": 0.02, "idle": 0.45, "cpus": 2, "threads": 1,
+           "pgbench_per_thread": 0.93}
+    waits = [{"t": 1.5, "wait": "Client: ClientRead", "backends": 6}, {"t": 1.5, "wait": "CPU", "backends": 2}]
+    phases = {"connected_s": 0.0, "steady_from_s": 1.0, "steady_to_s": 3.0, "end_s": 3.0}
+    a = runs("hash", 100, 101, extra={"cpu": cpu}, probes={"waits": waits}, phases=phases)
+    b = runs("btree", 140, 141)
+    found = verdict.compare(a, b)
+    assert found.stands is True
+    assert "What held the runs back: the client: pgbench kept 93% of a core busy per thread (1 thread) in hash" \
+           in found.sentence
+    assert "the client: its backends waited for pgbench's next statement (75% of hash's clients on average)" \
+           in found.limits
+
+
+def test_a_missing_figure_is_said_not_guessed():
+    found = verdict.compare(runs("plain", 100, 101), runs("skip", 200, 201), metric="goodput")
+    assert found.ratio is None and found.stands is False
+    assert found.sentence == "skip / plain, goodput: no comparison, plain has no goodput figure."
+
+
+def test_the_newest_repeats_of_each_name_are_kept_together():
+    older = runs("plain", 50, 55)
+    for run in older:
+        run.series, run.started_at = "plain@older", "2026-11-26T09:00:00+00:00"
+    newer = runs("plain", 100, 110, 90)
+    single = [Run("skip", "nb", "ci", "2026-11-26T10:00:00+00:00", tps=300.0)]
+    groups = records.latest_groups(older + newer + single)
+    assert [run.tps for run in groups["plain"]] == [100, 110, 90]
+    assert groups["plain"].spread("tps") == (90, 110) and groups["plain"].tps == 100.0
+    assert len(groups["skip"]) == 1
