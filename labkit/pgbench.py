@@ -574,13 +574,15 @@ def log_frame(source):
         return pd.DataFrame(columns=["end_s", "latency_ms", "status", "script", "client"])
     latency = pd.to_numeric(raw["latency_us"], errors="coerce")
     status = raw["latency_us"].where(latency.isna(), "ok")
-    return pd.DataFrame({
-        "end_s": pd.to_numeric(raw["epoch"]) + pd.to_numeric(raw["micro"]) / 1e6,
+    frame = pd.DataFrame({
+        "end_s": pd.to_numeric(raw["epoch"], errors="coerce") + pd.to_numeric(raw["micro"], errors="coerce") / 1e6,
         "latency_ms": latency / 1000,
         "status": status,
-        "script": pd.to_numeric(raw["script"]),
-        "client": pd.to_numeric(raw["client"]),
+        "script": pd.to_numeric(raw["script"], errors="coerce"),
+        "client": pd.to_numeric(raw["client"], errors="coerce"),
     })
+    # an interrupted pgbench can leave its last line cut short: a transaction without its end time is dropped
+    return frame.dropna(subset=["end_s", "client"]).reset_index(drop=True)
 
 
 @dataclass(frozen=True)

@@ -96,3 +96,8 @@ def test_a_record_without_phases_reads_as_all_steady():
     run = records.Run("old", "nb", "ci", "2026-11-01T00:00:00+00:00", probes={"waits": [{"t": 0.1, "wait": "CPU",
                                                                                         "backends": 1}]})
     assert run.phase_of(0.1) == "steady" and records.waits_frame([run]).loc["CPU", "old"] == 1
+
+
+def test_a_log_line_cut_short_by_an_interrupt_is_dropped():
+    log = pgbench.log_frame("0 1 500 0 1000 100000\n1 1 700 0 1000 150000\n0 2 6")
+    assert len(log) == 2 and [b.tps for b in pgbench.bin_log(log, 1000.0, 0.1, end_s=1000.2)] == [0.0, 20.0]
