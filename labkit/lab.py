@@ -50,6 +50,14 @@ def _notebook_name() -> str:
     return "scratch"
 
 
+def server_gone(lab: Lab, error: BaseException) -> ServerGone | None:
+    """:class:`ServerGone` (one line, what to do) if ``error`` is a lost connection to a server that is not running."""
+    if db.is_lost(error) and not lab.server.running():
+        return ServerGone(f"The lab server is not running (it was stopped, or the computer slept): "
+                          f"run labkit.start({lab.notebook!r}) again.")
+    return None
+
+
 def _server_must_answer(method):
     """Turn "the server is gone" into :class:`ServerGone` (one line, what to do); other errors pass."""
 
@@ -58,9 +66,9 @@ def _server_must_answer(method):
         try:
             return method(self, *args, **kwargs)
         except psycopg.OperationalError as error:
-            if db.is_lost(error) and not self.server.running():
-                raise ServerGone(f"The lab server is not running (it was stopped, or the computer slept): "
-                                 f"run labkit.start({self.notebook!r}) again.") from None
+            gone = server_gone(self, error)
+            if gone is not None:
+                raise gone from None
             raise
 
     return wrapper
@@ -153,8 +161,13 @@ class Lab:
         run.note(**figures)
         return pd.DataFrame([{"run": run.name, **figures}])
 
+    @_server_must_answer
     def session(self, name: str, **timeouts):
-        """The named session (created on first use), e.g. ``lab.session("T1")``."""
+        """The named session (created on first use), e.g. ``lab.session("T1")``.
+
+        ``lock_timeout`` and ``statement_timeout`` (e.g. ``"2s"``) become the session's own, for
+        its later statements; ``%%sql --lock-timeout`` sets one for a single cell.
+        """
         return self.sessions.get(name, **timeouts)
 
     def engine(self):

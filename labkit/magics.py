@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 
+import psycopg
 from IPython import get_ipython
 from IPython.core.error import UsageError as IPythonUsageError
 from IPython.core.magic import Magics, cell_magic, magics_class
@@ -23,7 +24,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from . import pgbench, units
-from .errors import LabkitError
+from .errors import LabkitError, connection_problem
 from .probes import WAIT_EVENTS, Probe
 from .sessions import Failed, Result, Waiting
 
@@ -35,6 +36,8 @@ _LABKIT_FLAGS = ("--no-waits", "--hold-sessions")
 
 
 def _print_result(outcome, *, label: bool) -> None:
+    if outcome.note:
+        print(outcome.note)
     if isinstance(outcome, Waiting):
         print(outcome.message())
     elif isinstance(outcome, Failed):
@@ -98,21 +101,32 @@ class LabMagics(Magics):
     @argument("--statement-timeout", default=None, help="e.g. 30s: how long a statement may run")
     @cell_magic
     def sql(self, line, cell):
-        """Run the cell's SQL in the lab database (in a named session with --session)."""
+        """Run the cell's SQL in the lab database (in a named session with --session).
+
+        --lock-timeout and --statement-timeout hold for this cell's statements only.
+        """
+        from .lab import server_gone
+
         args = parse_argstring(self.sql, line)
         lab = _current_lab()
         timeouts = {k: v for k, v in (("lock_timeout", args.lock_timeout),
                                       ("statement_timeout", args.statement_timeout)) if v}
         try:
-            session = lab.session(args.session, **timeouts)
+            session = lab.session(args.session)
             # A short lock timeout given in the cell is the lesson: wait for it rather than return early.
             limit = units.seconds(args.lock_timeout) if args.lock_timeout else None
             if limit is not None and 0 < limit <= MAX_CELL_WAIT_S:
-                outcome = session.run(cell, report_wait_after=limit + 1.0)
+                outcome = session.run(cell, report_wait_after=limit + 1.0, timeouts=timeouts)
             else:
-                outcome = session.run(cell)
+                outcome = session.run(cell, timeouts=timeouts)
         except LabkitError as error:
             raise _for_student(error) from None
+        except psycopg.OperationalError as error:  # connecting the session (again) failed
+            raise _for_student(server_gone(lab, error) or LabkitError(
+                f"{args.session} could not connect: {connection_problem(error)}")) from None
+        gone = server_gone(lab, outcome.exception) if isinstance(outcome, Failed) and outcome.exception else None
+        if gone is not None:
+            raise _for_student(gone) from None
         named = args.session != "main"
         _print_result(outcome, label=named)
         for other in lab.sessions.finished_elsewhere(args.session):

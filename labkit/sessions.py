@@ -6,26 +6,39 @@ the session waits for a lock, the caller gets a :class:`Waiting` outcome naming 
 blocker ("T2 is waiting for a lock held by T1") and the statement goes on in the
 background until a later statement (T1's ``commit``) releases it.
 
-Lock and statement timeouts guard every session, so nothing waits forever.
+Lock and statement timeouts guard every session, so nothing waits forever. A timeout
+given for one statement (``%%sql --lock-timeout 2s``) holds for that statement only.
+
+A session whose server restarted since its last statement connects again by itself; if it
+was inside a transaction, which the restart rolled back, it says so once instead of running
+the next statement outside of it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import select
+import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from . import db
-from .errors import UsageError
+from .errors import LabkitError, UsageError
 from .queries import query
+
+log = logging.getLogger(__name__)
 
 DEFAULT_LOCK_TIMEOUT = "5min"
 DEFAULT_STATEMENT_TIMEOUT = "10min"
 IDLE_IN_TRANSACTION_TIMEOUT = "30min"
+TIMEOUTS = ("lock_timeout", "statement_timeout")
 # How long a statement must sit in a lock wait before the cell returns.
 REPORT_WAIT_AFTER_S = 0.3
 
@@ -39,6 +52,7 @@ class Result:
     statuses: tuple[str, ...] = ()
     elapsed_s: float = 0.0
     sql: str = ""
+    note: str = ""  # what happened to the session before the statement (it connected again)
 
     @property
     def frame(self):
@@ -58,6 +72,7 @@ class Failed:
     sqlstate: str | None
     sql: str = ""
     exception: psycopg.Error | None = None  # what psycopg raised, for callers that re-raise it
+    note: str = ""
 
     def message(self) -> str:
         return f"{self.session}: {self.error}"
@@ -71,6 +86,7 @@ class Waiting:
     blocked_by: tuple[str, ...]
     wait_event: str
     sql: str = ""
+    note: str = ""
 
     def message(self) -> str:
         holders = " and ".join(self.blocked_by) or "another transaction"
@@ -122,63 +138,188 @@ def short_error(error: psycopg.Error) -> str:
 class Session:
     """One named connection that runs statements in its own thread."""
 
-    def __init__(self, name: str, conninfo: str, *, registry: Sessions,
+    def __init__(self, name: str, *, registry: Sessions,
                  lock_timeout: str = DEFAULT_LOCK_TIMEOUT, statement_timeout: str = DEFAULT_STATEMENT_TIMEOUT):
         self.name = name
         self._registry = registry
-        self.connection = db.connect(conninfo, db.session_name(name))
-        self.pid = self.connection.info.backend_pid
-        self.configure(lock_timeout=lock_timeout, statement_timeout=statement_timeout)
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"labkit-session-{name}")
+        self.timeouts = {"lock_timeout": lock_timeout, "statement_timeout": statement_timeout}
+        # Settings to put back once the session is outside a transaction, with the value that a cell
+        # set (put back only if it is still in force) or None (put back in any case).
+        self._owed: dict[str, tuple[str, str | None]] = {}
+        self._lost_transaction = False  # its connection was lost inside a transaction: say so before going on
+        self._note = ""
         self.pending: Future[Ended] | None = None
         self.pending_sql = ""
+        self.pending_note = ""
+        self._connect()
+
+    def _connect(self) -> None:
+        self.connection = db.connect(self._registry.conninfo(), db.session_name(self.name))
+        self.pid = self.connection.info.backend_pid
+        self._owed = {}
+        self._set({**self.timeouts, "idle_in_transaction_session_timeout": IDLE_IN_TRANSACTION_TIMEOUT})
+
+    def _set(self, settings: dict[str, str], *, local: bool = False) -> None:
+        """Set these settings for the session (``local``: until the transaction ends)."""
+        for name, value in settings.items():
+            self.connection.execute("select set_config(%s, %s, %s)", (name, value, local))
+
+    def _current(self, names) -> dict[str, str]:
+        return {name: db.one(self.connection, "select current_setting(%(name)s)", {"name": name}) for name in names}
+
+    @property
+    def _status(self) -> TransactionStatus:
+        return self.connection.info.transaction_status
+
+    def _settle(self) -> None:
+        """Outside a transaction, put back what a cell's own timeouts replaced (unless SQL changed it since)."""
+        if not self._owed or self._status != TransactionStatus.IDLE:
+            return  # a setting made inside a transaction would be undone if it rolled back
+        current = self._current(self._owed)
+        self._set({name: value for name, (value, cells) in self._owed.items() if cells in (None, current[name])})
+        self._owed = {}
+
+    def _set_for_statement(self, timeouts: dict[str, str]) -> dict[str, str]:
+        """Set a statement's own timeouts; the values they replace, to put back after it."""
+        previous = self._current(timeouts)
+        if self._status == TransactionStatus.IDLE:
+            # Set for the session, at once (autocommit): a transaction the statement opens keeps them.
+            self._set(timeouts)
+            self._owed.update({name: (previous[name], value) for name, value in timeouts.items()})
+        else:
+            self._set(timeouts, local=True)
+        return previous
 
     def configure(self, *, lock_timeout: str | None = None, statement_timeout: str | None = None) -> None:
-        with self.connection.cursor() as cursor:
-            if lock_timeout is not None:
-                cursor.execute("select set_config('lock_timeout', %s, false)", (lock_timeout,))
-            if statement_timeout is not None:
-                cursor.execute("select set_config('statement_timeout', %s, false)", (statement_timeout,))
-            cursor.execute("select set_config('idle_in_transaction_session_timeout', %s, false)",
-                           (IDLE_IN_TRANSACTION_TIMEOUT,))
+        """Change the session's own timeouts (its statements' unless one is given its own)."""
+        self._refuse_if_busy()
+        self._connect_again_if_lost()
+        changed = {name: value for name, value in (("lock_timeout", lock_timeout),
+                                                   ("statement_timeout", statement_timeout)) if value is not None}
+        try:
+            self._set(changed)  # checked by the server now: a bad value is refused here, not at the next statement
+        except psycopg.Error as error:
+            raise UsageError(f"{self.name}: {db.message(error)}.") from None
+        self.timeouts.update(changed)
+        if self._status != TransactionStatus.IDLE:  # a rollback would undo them: set them again after it
+            self._owed.update({name: (value, None) for name, value in changed.items()})
 
     @property
     def busy(self) -> bool:
         return self.pending is not None and not self.pending.done()
 
-    def _execute(self, sql: str, params=None) -> Ended:
-        import pandas as pd
-
-        started = time.monotonic()
-        frames, statuses = [], []
-        try:
-            with self.connection.cursor() as cursor:
-                cursor.execute(sql, params)
-                while True:
-                    if cursor.description:
-                        columns = [column.name for column in cursor.description]
-                        frames.append(pd.DataFrame(cursor.fetchall(), columns=columns))
-                    if cursor.statusmessage:
-                        statuses.append(cursor.statusmessage)
-                    if not cursor.nextset():
-                        break
-        except psycopg.Error as error:
-            return Failed(self.name, short_error(error), error.sqlstate, sql, error)
-        return Result(self.name, tuple(frames), tuple(statuses), time.monotonic() - started, sql)
-
-    def submit(self, sql: str, params=None) -> Future[Ended]:
+    def _refuse_if_busy(self) -> None:
+        # Its connection is in use by its thread: waiting for it would block the caller as long as the statement.
         if self.busy:
             raise UsageError(
                 f"{self.name} is still running its previous statement ({self.pending_sql[:60]!r}); "
                 f"release the lock it waits for, or cancel it with lab.session({self.name!r}).cancel()."
             )
-        self.pending = self._executor.submit(self._execute, sql, params)
-        self.pending_sql = sql
-        return self.pending
 
-    def run(self, sql: str, params=None, *, report_wait_after: float = REPORT_WAIT_AFTER_S) -> Outcome:
-        """Run ``sql``: a Result or Failed when it ends, a Waiting when it blocks on a lock."""
-        future = self.submit(sql, params)
+    def _server_spoke(self) -> bool:
+        """Whether the server sent something while the session was idle (at a restart: its goodbye)."""
+        if sys.platform == "win32":  # no poll there; select takes any socket, whatever its number
+            readable, _, _ = select.select([self.connection.fileno()], [], [], 0)
+            return bool(readable)
+        poller = select.poll()  # select() refuses descriptors past 1023, which a busy kernel may reach
+        poller.register(self.connection.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
+
+    def _connect_again_if_lost(self) -> None:
+        """Connect again if the server ended this connection since the last statement (it restarted)."""
+        if not self.connection.closed:
+            if not self._server_spoke():
+                return
+            in_transaction = self._status != TransactionStatus.IDLE
+            try:
+                self.connection.execute("")  # a notification, or the server's goodbye: an empty query tells
+                return
+            except psycopg.OperationalError as error:
+                if not db.is_lost(error):
+                    return
+            except psycopg.Error:
+                return  # an error from a connection that answers: it is not lost
+            self._lost_transaction = self._lost_transaction or in_transaction
+        self.connection.close()
+        self._connect()  # a server that is not running: the connection error goes up (the lab says ServerGone)
+        lost, self._lost_transaction = self._lost_transaction, False
+        log.info("session %s connected again: the server had restarted", self.name)
+        if lost:
+            raise LabkitError(
+                f"{self.name}'s transaction was lost: the lab server restarted (a setting such as max_connections "
+                f"changed, maybe in another notebook) and rolled it back; this statement did not run. {self.name} "
+                f"is connected again, and its next statement opens a new transaction: run the transaction again "
+                f"from its begin.")
+        self._note = (f"({self.name} connected again: the lab server had restarted since its last statement, "
+                      "so settings made with SET are back to their defaults.)")
+
+    def _execute(self, sql: str, params=None, timeouts: dict[str, str] | None = None, note: str = "") -> Ended:
+        import pandas as pd
+
+        started = time.monotonic()
+        frames, statuses = [], []
+        in_transaction = self._status != TransactionStatus.IDLE
+        try:
+            self._settle()
+            previous = {}
+            # In a failed transaction nothing can be set, and the statement can only end it (or
+            # return to a savepoint): it runs without its own timeouts rather than not at all.
+            if timeouts and self._status != TransactionStatus.INERROR:
+                previous = self._set_for_statement(timeouts)
+            try:
+                with self.connection.cursor() as cursor:
+                    cursor.execute(sql, params)
+                    while True:
+                        if cursor.description:
+                            columns = [column.name for column in cursor.description]
+                            frames.append(pd.DataFrame(cursor.fetchall(), columns=columns))
+                        if cursor.statusmessage:
+                            statuses.append(cursor.statusmessage)
+                        if not cursor.nextset():
+                            break
+            finally:
+                if previous and self._status == TransactionStatus.INTRANS:
+                    self._set(previous, local=True)  # the rest of the transaction runs without them
+                if not self.connection.closed:
+                    self._settle()
+        except psycopg.Error as error:
+            if db.is_lost(error):
+                self._lost_transaction = self._lost_transaction or in_transaction
+            return Failed(self.name, short_error(error), error.sqlstate, sql, error, note)
+        return Result(self.name, tuple(frames), tuple(statuses), time.monotonic() - started, sql, note)
+
+    def submit(self, sql: str, params=None, *, timeouts: dict[str, str] | None = None) -> Future[Ended]:
+        """Start ``sql`` in the session's thread (``timeouts``, e.g. ``{"lock_timeout": "2s"}``, for it only)."""
+        self._refuse_if_busy()
+        unknown = set(timeouts or ()) - set(TIMEOUTS)
+        if unknown:
+            raise UsageError(f"Unknown timeout(s) {', '.join(sorted(unknown))}: give {' or '.join(TIMEOUTS)}.")
+        self._connect_again_if_lost()
+        note, self._note = self._note, ""
+        future: Future[Ended] = Future()
+        future.set_running_or_notify_cancel()
+        # A daemon thread, not a pool's worker: the interpreter joins those at exit, before lab.close
+        # (atexit) could cancel a statement that waits for a lock, so a script would end only with the wait.
+        threading.Thread(target=self._work, args=(future, sql, params, timeouts, note), daemon=True,
+                         name=f"labkit-session-{self.name}").start()
+        self.pending = future
+        self.pending_sql = sql
+        self.pending_note = note
+        return future
+
+    def _work(self, future: Future[Ended], sql: str, params, timeouts: dict[str, str] | None, note: str) -> None:
+        try:
+            future.set_result(self._execute(sql, params, timeouts, note))
+        except BaseException as error:  # noqa: BLE001 - the caller gets it from the future
+            future.set_exception(error)
+
+    def run(self, sql: str, params=None, *, report_wait_after: float = REPORT_WAIT_AFTER_S,
+            timeouts: dict[str, str] | None = None) -> Outcome:
+        """Run ``sql``: a Result or Failed when it ends, a Waiting when it blocks on a lock.
+
+        ``timeouts`` (``lock_timeout``, ``statement_timeout``) hold for this statement only.
+        """
+        future = self.submit(sql, params, timeouts=timeouts)
         waited_since = None
         try:
             while True:
@@ -194,7 +335,7 @@ class Session:
                     continue
                 waited_since = waited_since or time.monotonic()
                 if time.monotonic() - waited_since >= report_wait_after:
-                    return waiting
+                    return dataclasses.replace(waiting, note=self.pending_note)
         except KeyboardInterrupt:
             self.cancel()
             raise
@@ -213,7 +354,6 @@ class Session:
         try:
             self.cancel()
         finally:
-            self._executor.shutdown(wait=False, cancel_futures=True)
             self.connection.close()
 
 
@@ -228,7 +368,7 @@ class Sessions:
 
     def get(self, name: str, **timeouts) -> Session:
         if name not in self.sessions:
-            self.sessions[name] = Session(name, self.conninfo(), registry=self, **timeouts)
+            self.sessions[name] = Session(name, registry=self, **timeouts)
         elif timeouts:
             self.sessions[name].configure(**timeouts)
         return self.sessions[name]
@@ -238,6 +378,20 @@ class Sessions:
             self._monitor = db.connect(self.conninfo(), db.MONITOR)
         return self._monitor
 
+    def _monitor_rows(self, sql: str, params: dict) -> list[tuple]:
+        """The rows of a query on the monitor connection, connecting again once if the server restarted."""
+        with self._lock:
+            try:
+                return self.monitor().execute(sql, params).fetchall()
+            except psycopg.OperationalError as error:
+                if not db.is_lost(error):
+                    raise
+            # The server restarted (another notebook's lab.set, say) since the last query: connect again.
+            if self._monitor is not None:
+                self._monitor.close()
+            self._monitor = None
+            return self.monitor().execute(sql, params).fetchall()
+
     def name_of(self, pid: int) -> str:
         for session in self.sessions.values():
             if session.pid == pid:
@@ -246,8 +400,8 @@ class Sessions:
 
     def lock_wait(self, session: Session) -> Waiting | None:
         """A Waiting outcome if ``session`` waits for a lock now, else None."""
-        with self._lock:
-            row = self.monitor().execute(query("lock_wait"), {"pid": session.pid}).fetchone()
+        rows = self._monitor_rows(query("lock_wait"), {"pid": session.pid})
+        row = rows[0] if rows else None
         if not row or row[0] != "Lock":
             return None
         if row[2] and self._only_autovacuum(row[2]):
@@ -260,22 +414,13 @@ class Sessions:
         names = {session.pid: name for name, session in self.sessions.items() if not session.connection.closed}
         if not names:
             return []
-        for attempt in (1, 2):
-            try:
-                with self._lock:
-                    rows = self.monitor().execute(query("open_transactions"), {"pids": list(names)}).fetchall()
-                break
-            except psycopg.OperationalError:
-                if attempt == 2:
-                    raise
-                self._monitor = None  # the server restarted since: connect again
+        rows = self._monitor_rows(query("open_transactions"), {"pids": list(names)})
         # A pid is only this lab's session if the backend is still that session's (pids get reused).
         return [OpenTransaction(names[pid], state, open_s, tuple(holds))
                 for pid, application, state, open_s, holds in rows if application == db.session_name(names[pid])]
 
     def _only_autovacuum(self, pids: list[int]) -> bool:
-        with self._lock:
-            kinds = self.monitor().execute(query("backend_kinds"), {"pids": list(pids)}).fetchall()
+        kinds = self._monitor_rows(query("backend_kinds"), {"pids": list(pids)})
         return bool(kinds) and all(kind == "autovacuum worker" and "wraparound" not in (query or "")
                                    for kind, query in kinds)
 

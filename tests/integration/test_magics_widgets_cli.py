@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 from IPython.core.error import UsageError as IPythonUsageError
@@ -11,6 +12,7 @@ from IPython.testing.globalipapp import start_ipython
 import labkit
 from labkit.embedded import EmbeddedServer
 from labkit.magics import LabMagics, register_once
+from labkit.sessions import Waiting
 from labkit.widgets import panel
 from tests import utf8_child
 
@@ -94,6 +96,72 @@ def test_sql_magic_waits_out_a_short_lock_timeout(shell, hot_row, capsys):
     shell.run_cell_magic("sql", "--session W2 --lock-timeout 500ms", "update hot set n = n + 1 where id = 1;")
     assert "canceling statement due to lock timeout" in capsys.readouterr().err
     shell.run_cell_magic("sql", "--session W1", "commit;")
+
+
+def _timeouts(shell, session: str) -> tuple[str, str]:
+    frame = shell.run_cell_magic("sql", f"--session {session}",
+                                 "select current_setting('lock_timeout') as l, current_setting('statement_timeout') as s")
+    return frame.loc[0, "l"], frame.loc[0, "s"]
+
+
+def test_a_cells_timeouts_apply_to_that_cell_only(shell):
+    frame = shell.run_cell_magic("sql", "--session K1 --lock-timeout 1s --statement-timeout 7s",
+                                 "select current_setting('lock_timeout') as l, current_setting('statement_timeout') as s")
+    assert (frame.loc[0, "l"], frame.loc[0, "s"]) == ("1s", "7s")
+    assert _timeouts(shell, "K1") == ("5min", "10min")
+    # A cell that opens a transaction which is then rolled back (a SET in it would be undone with it).
+    shell.run_cell_magic("sql", "--session K1 --lock-timeout 1s", "begin; select 1;")
+    shell.run_cell_magic("sql", "--session K1", "rollback;")
+    assert _timeouts(shell, "K1") == ("5min", "10min")
+    # Inside a transaction: that cell only, not the rest of the transaction nor after it.
+    shell.run_cell_magic("sql", "--session K1", "begin;")
+    assert _timeouts(shell, "K1 --lock-timeout 2s") == ("2s", "10min")
+    assert _timeouts(shell, "K1") == ("5min", "10min")
+    shell.run_cell_magic("sql", "--session K1", "commit;")
+    assert _timeouts(shell, "K1") == ("5min", "10min")
+    # A failed transaction can still be rolled back from a cell that gives a timeout.
+    shell.run_cell_magic("sql", "--session K1", "begin; select 1 / 0;")
+    shell.run_cell_magic("sql", "--session K1 --lock-timeout 1s", "rollback;")
+    assert _timeouts(shell, "K1") == ("5min", "10min")
+    # The session's own setting, made in SQL, is what comes back after the cell.
+    shell.run_cell_magic("sql", "--session K1", "set lock_timeout = '3s';")
+    shell.run_cell_magic("sql", "--session K1 --lock-timeout 1s", "select 1;")
+    assert _timeouts(shell, "K1") == ("3s", "10min")
+    shell.run_cell_magic("sql", "--session K1 --lock-timeout 1s", "begin; set lock_timeout = '4s'; commit;")
+    assert _timeouts(shell, "K1") == ("4s", "10min")
+
+
+def test_a_cell_on_a_busy_session_returns_at_once(shell, hot_row, capsys):
+    shell.run_cell_magic("sql", "--session Q1", "begin; update hot set n = n + 1 where id = 1;")
+    lab = labkit.lab.current_lab()
+    lab.session("Q2", lock_timeout="3s")  # were the cell below to wait for Q2, it would wait 3 s, not 5 minutes
+    try:
+        assert isinstance(lab.session("Q2").run("update hot set n = n + 1 where id = 1;"), Waiting)
+        started = time.monotonic()
+        with pytest.raises(IPythonUsageError, match=r"^Q2 is still running its previous statement"):
+            shell.run_cell_magic("sql", "--session Q2 --lock-timeout 2s", "select 1;")
+        assert time.monotonic() - started < 1
+    finally:
+        shell.run_cell_magic("sql", "--session Q1", "rollback;")
+    capsys.readouterr()
+
+
+def test_sql_magic_says_the_server_is_gone_in_one_line(shell, capsys):
+    lab = labkit.lab.current_lab()
+    shell.run_cell_magic("sql", "", "select 1;")
+    shell.run_cell_magic("sql", "--session G1", "select 1;")
+    lab.server.stop()
+    try:
+        for line in ("", "--session G1", "--session G2"):  # the main session, a session made before, a new one
+            with pytest.raises(IPythonUsageError) as raised:
+                shell.run_cell_magic("sql", line, "select 1;")
+            assert str(raised.value) == "The lab server is not running (it was stopped, or the computer slept): " \
+                                        "run labkit.start('tests') again.", line
+    finally:
+        lab.server.start(lab.profile)
+    capsys.readouterr()
+    assert shell.run_cell_magic("sql", "--session G1", "select 1 as one").loc[0, "one"] == 1
+    assert capsys.readouterr().out.startswith("(G1 connected again: the lab server had restarted")
 
 
 def test_panel_with_methods_names_the_run(lab, hot_row):

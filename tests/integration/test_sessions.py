@@ -4,6 +4,7 @@ import time
 
 import pytest
 
+from labkit.errors import UsageError
 from labkit.sessions import Failed, Result, Waiting
 
 pytestmark = pytest.mark.integration
@@ -88,3 +89,31 @@ def test_a_blocked_update_holds_the_tuple_lock_and_waits_for_the_holders_transac
         holder.run("rollback")
         waiter.pending.result(timeout=5)
         waiter.pending = None
+
+
+def test_new_timeouts_for_a_busy_session_are_refused_at_once(lab, hot_row):
+    """Configuring a session whose statement waits must not wait with it (for up to its lock timeout)."""
+    holder, waiter = lab.session("C1"), lab.session("C2", lock_timeout="3s")
+    holder.run("begin; update hot set n = n where id = 1")
+    try:
+        assert isinstance(waiter.run("update hot set n = n where id = 1"), Waiting)
+        started = time.monotonic()
+        with pytest.raises(UsageError, match=r"^C2 is still running its previous statement .*cancel\(\)"):
+            lab.session("C2", lock_timeout="2s")
+        assert time.monotonic() - started < 1
+    finally:
+        holder.run("rollback")
+        waiter.pending.result(timeout=5)
+        waiter.pending = None
+    assert lab.sql("show lock_timeout", session="C2").iloc[0, 0] == "3s"  # the refused change changed nothing
+
+
+def test_a_sessions_own_timeout_outlives_the_transaction_it_was_set_in(lab):
+    session = lab.session("D1")
+    session.run("begin")
+    lab.session("D1", lock_timeout="2s")
+    assert lab.sql("show lock_timeout", session="D1").iloc[0, 0] == "2s"
+    session.run("rollback")  # which undoes what was set inside the transaction
+    assert lab.sql("show lock_timeout", session="D1").iloc[0, 0] == "2s"
+    with pytest.raises(UsageError, match=r"^D1: invalid value for parameter \"lock_timeout\""):
+        lab.session("D1", lock_timeout="soon")
