@@ -435,6 +435,9 @@ def timeline(run: Run, *, title: str | None = None, probes: list[str] | None = N
     figure.update_layout(shapes=_phase_shapes(run) + _stall_shapes(run.stalls) + _planned_end_shapes(run.duration_s))
     if run.duration_s:
         figure.add_annotation(_planned_end_label(run.duration_s, run.overrun_s))
+    for name, note in (run.extra.get("probe_notes") or {}).items():
+        if name in rows:  # over the probe's panel: what its zeros can and cannot say
+            figure.add_annotation(_panel_note(note, rows.index(name) + 1, style.PLANNED_END_COLOR))
     warning = (run.extra.get("cpu") or {}).get("warning")
     if warning and CPU in rows:
         figure.add_annotation(_cpu_warning_label(warning, rows.index(CPU) + 1))
@@ -443,10 +446,15 @@ def timeline(run: Run, *, title: str | None = None, probes: list[str] | None = N
 
 def _cpu_warning_label(text: str, row_index: int) -> dict:
     """The CPU warning, over the CPU panel: the client may have limited the tps."""
+    return {**_panel_note(text, row_index, style.VERMILLION), "name": "cpu warning"}
+
+
+def _panel_note(text: str, row_index: int, color: str) -> dict:
+    """A note written over one panel, at its top left."""
     axis = "y" if row_index == 1 else f"y{row_index}"
-    return dict(name="cpu warning", text="<br>".join(textwrap.wrap(text, 90)), x=0, xref="paper", y=1, yref=f"{axis} domain",
-                showarrow=False, xanchor="left", yanchor="top", align="left", bgcolor="rgba(255,255,255,0.85)",
-                font=dict(size=11, color=style.VERMILLION))
+    return dict(name="probe note", text="<br>".join(textwrap.wrap(text, 90)), x=0, xref="paper", y=1,
+                yref=f"{axis} domain", showarrow=False, xanchor="left", yanchor="top", align="left",
+                bgcolor="rgba(255,255,255,0.85)", font=dict(size=11, color=color))
 
 
 class LiveChart:

@@ -146,11 +146,45 @@ def _extra(jobs: int, outputs: Outputs, samples: dict[str, list[dict]], parts: p
         extra["probe_errors"] = dict(outputs.probe_errors)
     if outputs.probe_costs:
         extra["probe_costs"] = list(outputs.probe_costs)
+    blind = blind_probes(samples, outputs.probe_costs)
+    if blind:
+        extra["probe_notes"] = blind
     steady = [row for row in samples.get(CPU, []) if parts.part(row["t"] - 0.5) == "steady"]  # a row covers its second
     split = cpu.figures(steady or samples.get(CPU, []), jobs, outputs.cpus)
     if split:
         extra["cpu"] = split
     return extra
+
+
+def blind_probes(samples: dict[str, list[dict]], costs: list[dict]) -> dict[str, str]:
+    """A sentence for each probe that read nothing but zeros (or no row): what it could not see.
+
+    A probe samples instants: an event shorter than its interval (a row lock held for a
+    fraction of a millisecond) falls between two samples. "0 in every sample" is then "nothing
+    lasting long enough to be caught", not "never".
+
+    >>> blind_probes({"waiting": [{"t": 0.25, "locks": 0}, {"t": 0.5, "locks": 0}]},
+    ...              [{"name": "waiting", "every_s": 0.25, "samples": 2}])["waiting"]
+    "probe 'waiting' read 0 in all 2 samples, one every 0.25 s: an event shorter than that (a lock wait of a few milliseconds) can fall between two samples, so this says it was rare or short, not that it never happened. A cumulative counter (pg_stat_* views) or the server log (log_lock_waits) counts what sampling misses."
+    """
+    notes = {}
+    for cost in costs:
+        name = cost.get("name")
+        if name in (CPU, HELD_BY, "work") or not cost.get("samples"):
+            continue
+        rows = samples.get(name, [])
+        numbers = [value for row in rows for key, value in row.items()
+                   if key != "t" and isinstance(value, (int, float)) and not isinstance(value, bool)]
+        if numbers and any(numbers):
+            continue
+        if rows and not numbers:
+            continue  # text rows (wait event names): something was seen
+        notes[name] = (f"probe {name!r} read {'0' if rows else 'no row'} in all {cost['samples']} samples, one every "
+                       f"{cost['every_s']:g} s: an event shorter than that (a lock wait of a few milliseconds) can "
+                       "fall between two samples, so this says it was rare or short, not that it never happened. "
+                       "A cumulative counter (pg_stat_* views) or the server log (log_lock_waits) counts what "
+                       "sampling misses.")
+    return notes
 
 
 def aborted_sentence(run: Run) -> str:

@@ -101,3 +101,18 @@ def test_a_record_without_phases_reads_as_all_steady():
 def test_a_log_line_cut_short_by_an_interrupt_is_dropped():
     log = pgbench.log_frame("0 1 500 0 1000 100000\n1 1 700 0 1000 150000\n0 2 6")
     assert len(log) == 2 and [b.tps for b in pgbench.bin_log(log, 1000.0, 0.1, end_s=1000.2)] == [0.0, 20.0]
+
+
+def test_a_probe_that_read_only_zeros_says_what_it_cannot_see():
+    samples = {"waiting": [{"t": t / 4, "waiting": 0} for t in range(1, 13)],
+               "dead": [{"t": 1.0, "n_dead": 0}, {"t": 2.0, "n_dead": 5}]}
+    costs = [{"name": "waiting", "every_s": 0.25, "samples": 12}, {"name": "dead", "every_s": 1.0, "samples": 2}]
+    notes = run_record.blind_probes(samples, costs)
+    assert list(notes) == ["waiting"]
+    assert notes["waiting"].startswith("probe 'waiting' read 0 in all 12 samples, one every 0.25 s: an event "
+                                       "shorter than that")
+    run = records.Run("r", "nb", "ci", "now", probes=samples, extra={"probe_notes": notes},
+                      per_second=[{"t": 1.0, "tps": 5.0}])
+    figure = charts.timeline(run)
+    assert [a.text.replace("<br>", " ") for a in figure.layout.annotations if a.name == "probe note"] == [
+        notes["waiting"]]
