@@ -28,6 +28,7 @@ from .pgbench import Spec
 from .probes import WAIT_EVENTS, Probe, plain_value
 from .profiles import SPARE_CONNECTIONS, Profile, current, default_name
 from .queries import query
+from .records import Repeats
 from .sessions import Failed, Sessions, Waiting
 
 EXTENSIONS = ("pg_stat_statements", "pageinspect", "pgstattuple")
@@ -252,8 +253,13 @@ class Lab:
                 duration: float | None = None, transactions: int | None = None, jobs: int | None = None,
                 mode: str | None = None, options: str | list[str] = "", probes: list[Probe] | None = None,
                 live: bool | None = None, work: str | None = None, perf: bool = False, hold_sessions: bool = False,
-                setup: str | None = None):
+                setup: str | None = None, repeats: int | None = None, after=None):
         """Run ``script`` with pgbench; returns the :class:`~labkit.records.Run` (also saved).
+
+        ``repeats`` runs it that many times, one after another (``setup`` before each), and returns
+        the :class:`~labkit.records.Repeats`: the runs kept together in the records, so that
+        comparisons show their spread (``lab.verdict``). ``P.repeats`` is the profile's default.
+        ``after`` is called as ``after(run)`` once each run is recorded (e.g. to note a check in it).
 
         ``options`` takes any pgbench option as on the command line (e.g. ``"-c 8 -T 30 -D n=5"``); a
         keyword argument and an option that both set the same thing must agree. What neither sets
@@ -274,17 +280,36 @@ class Lab:
         spec = pgbench.parse_options(options, script=script, name=name, clients=clients,
                                      duration_s=duration, transactions=transactions, jobs=jobs, mode=mode,
                                      defaults=self.profile.run_defaults())
-        return self.run_spec(spec, probes=probes, live=live, work=work, perf=perf, hold_sessions=hold_sessions,
-                             setup=setup)
+        return self.repeat_spec(spec, repeats, probes=probes, live=live, work=work, perf=perf,
+                                hold_sessions=hold_sessions, setup=setup, after=after)
+
+    def repeat_spec(self, spec: Spec, repeats: int | None = None, *, after=None, **options):
+        """Run ``spec`` ``repeats`` times (None: once, returning the Run); the repeats share one series."""
+        if repeats is None or repeats == 1:
+            run = self.run_spec(spec, **options)
+            if after is not None:
+                after(run)
+            return run
+        if not isinstance(repeats, int) or repeats < 1:
+            raise UsageError(f"repeats={repeats!r}: give a whole number of runs, 1 or more.")
+        series = f"{spec.name}@{records.now_iso()}"
+        group = records.Repeats()
+        for number in range(1, repeats + 1):
+            run = self.run_spec(spec, tags={"repeat": number, "repeats": repeats, "series": series}, **options)
+            if after is not None:
+                after(run)
+            group.append(run)
+        return group
 
     @_server_must_answer
     def run_spec(self, spec: Spec, *, probes: list[Probe] | None = None, live: bool | None = None,
                  work: str | None = None, perf: bool = False, observer: runner.Observer | None = None,
-                 hold_sessions: bool = False, setup: str | None = None):
+                 hold_sessions: bool = False, setup: str | None = None, tags: dict | None = None):
         """Run a checked :class:`~labkit.pgbench.Spec` (what ``%%pgbench`` does).
 
         ``observer`` hears the progress instead of the live chart (e.g. :class:`labkit.live.Printer`).
         ``setup`` runs in the notebook's main session after the open-session check, before pgbench.
+        ``tags`` are record fields set before it is saved (a repeat's number and series).
         """
         from . import live as live_module
 
@@ -298,12 +323,15 @@ class Lab:
         probes = [WAIT_EVENTS] if probes is None else list(probes)
         view = None
         if observer is None and (live if live is not None else live_module.in_notebook()):
-            view = live_module.LiveView(spec.name, spec.clients, live_module.probe_names(probes, work),
+            label = spec.name if not tags else f"{spec.name} ({tags['repeat']} of {tags['repeats']})"
+            view = live_module.LiveView(label, spec.clients, live_module.probe_names(probes, work),
                                         planned_s=spec.duration_s)
         try:
             run = runner.PgbenchRunner(self._target()).run(spec, probes=probes, observer=view or observer,
-                                                           work=work, perf=perf)
-        except KeyboardInterrupt:
+                                                           work=work, perf=perf, tags=tags)
+        except KeyboardInterrupt as error:
+            # what was measured is the last run now: a check after the interrupt must not note into the run before
+            self.last_run = getattr(error, "run", None)
             if view is not None:
                 view.stopped("interrupted; pgbench was stopped and its backends terminated.")
             raise
@@ -333,28 +361,38 @@ class Lab:
 
     def sweep(self, scripts: dict[str, str], clients: list[int], *, duration: float | None = None,
               mode: str | None = None, work: str | None = None, before=None, after=None,
-              probes: list[Probe] | None = None, hold_sessions: bool = False):
+              probes: list[Probe] | None = None, hold_sessions: bool = False, repeats: int = 1):
         """Run every script at every number of clients; returns the runs (saved as ``sweep-<name>``).
 
         before: called as ``before(lab, name, clients)`` ahead of each run (e.g. to vacuum).
         after: called as ``after(lab, run)`` once each run is recorded (e.g. to note checks in it).
-        Draw the result with :func:`labkit.charts.sweep`. Progress is printed one line per run.
+        repeats: runs of each point, one after another (the sweep chart draws their range).
+        Draw the result with :func:`labkit.charts.sweep`. Progress is printed one line per point.
         """
         self.need_connections(max(clients))
-        runs = []
+        runs: list[records.Run] = []
         for count in clients:
             for name, script in scripts.items():
-                if before is not None:
-                    before(self, name, count)
-                run = self.pgbench(script, name=f"sweep-{name}", clients=count, duration=duration, mode=mode,
-                                   probes=[] if probes is None else probes, live=False, work=work,
-                                   hold_sessions=hold_sessions)
-                run.note(method=name)
-                if after is not None:
-                    after(self, run)
-                runs.append(run)
-                print(f"{name:>14} {count:>5} clients: {run.tps:>10,.0f} tps"
-                      + (f", goodput {run.extra['goodput']:>10,.0f}/s" if "goodput" in run.extra else ""), flush=True)
+                series = f"sweep-{name}-{count}@{records.now_iso()}"
+                point = records.Repeats()
+                for number in range(1, repeats + 1):
+                    if before is not None:
+                        before(self, name, count)
+                    spec = pgbench.parse_options("", script=script, name=f"sweep-{name}", clients=count,
+                                                 duration_s=duration, mode=mode, defaults=self.profile.run_defaults())
+                    tags = {"repeat": number, "repeats": repeats, "series": series} if repeats > 1 else None
+                    run = self.run_spec(spec, probes=[] if probes is None else probes, live=False, work=work,
+                                        hold_sessions=hold_sessions, tags=tags)
+                    run.note(method=name)
+                    if after is not None:
+                        after(self, run)
+                    point.append(run)
+                runs.extend(point)
+                spread = point.spread("tps") if repeats > 1 else None
+                goodput = point.mean("goodput")
+                print(f"{name:>14} {count:>5} clients: {point.tps or 0:>10,.0f} tps"
+                      + (f" ({spread[0]:,.0f}–{spread[1]:,.0f})" if spread else "")
+                      + (f", goodput {goodput:>10,.0f}/s" if goodput is not None else ""), flush=True)
         return runs
 
     @_server_must_answer
@@ -400,14 +438,37 @@ class Lab:
                              f"{self.profile.name!r} profile: run it first.")
         return [newest[name] for name in names]
 
+    def groups(self, names: list[str] | None = None) -> dict[str, Repeats]:
+        """The newest repeats of each name (one run where it was not repeated), under this lab's profile."""
+        found = self.records()
+        groups = records.latest_groups(found)
+        if names is None:
+            return groups
+        missing = [name for name in names if name not in groups]
+        if missing:
+            raise UsageError(f"No saved run named {', '.join(missing)} in {self.notebook} under the "
+                             f"{self.profile.name!r} profile: run it first.")
+        return {name: groups[name] for name in names}
+
     def compare(self, names: list[str] | None = None, *, metric: str = "tps"):
-        """A chart of the newest run of each name (default: every name of this notebook)."""
+        """A chart of the newest repeats of each name (default: every name of this notebook), with their spread."""
         from .charts import compare
 
-        runs = self.records(names) if names else list(records.latest(self.records()).values())
+        runs = [run for group in self.groups(names).values() for run in group]
         if not runs:
             raise UsageError("No saved runs yet in this notebook: run a %%pgbench cell first.")
         return compare(runs, metric=metric)
+
+    def verdict(self, a: str, b: str, *, metric: str = "tps"):
+        """How run ``b`` compares with run ``a`` on ``metric`` (their newest repeats), and how sure that is.
+
+        Returns a :class:`labkit.verdict.Verdict`: its sentence says the ratio, its spread, whether it
+        stands beyond the spread, and what held the runs back.
+        """
+        from .verdict import compare
+
+        groups = self.groups([a, b])
+        return compare(groups[a], groups[b], metric=metric)
 
     # -- housekeeping
 

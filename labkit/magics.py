@@ -24,14 +24,14 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from . import pgbench, units
-from .errors import LabkitError, connection_problem
+from .errors import LabkitError, UsageError, connection_problem
 from .probes import WAIT_EVENTS, Probe
 from .sessions import Failed, Result, Waiting
 
 # With --lock-timeout up to this long, the cell waits for the timeout instead of returning early.
 MAX_CELL_WAIT_S = 30
 # Options of %%pgbench that are labkit's, not pgbench's.
-_LABKIT_OPTIONS = ("--probes", "--work", "--setup")
+_LABKIT_OPTIONS = ("--probes", "--work", "--setup", "--repeat")
 _LABKIT_FLAGS = ("--no-waits", "--hold-sessions")
 
 
@@ -84,6 +84,24 @@ def split_labkit_options(argv: list[str]) -> tuple[list[str], dict[str, list[str
         else:
             kept.append(word)
     return kept, {name: values for name, values in found.items() if values}, flags
+
+
+def _repeats(values: list[str] | None) -> int | None:
+    """``--repeat N`` as a number of runs (None without it).
+
+    >>> _repeats(["3"]), _repeats(None)
+    (3, None)
+    >>> _repeats(["x"])
+    Traceback (most recent call last):
+    ...
+    labkit.errors.UsageError: --repeat x: give a whole number of runs, 1 or more (e.g. --repeat 3).
+    """
+    if not values:
+        return None
+    word = values[-1]
+    if not word.isdigit() or int(word) < 1:
+        raise UsageError(f"--repeat {word}: give a whole number of runs, 1 or more (e.g. --repeat 3).")
+    return int(word)
 
 
 @magics_class
@@ -149,7 +167,8 @@ class LabMagics(Magics):
         records goodput beside tps and the live chart draws it. --no-waits: no wait-event probe.
         --hold-sessions: run even while a session of this notebook is idle in a transaction.
         --setup VAR: VAR holds SQL run just before pgbench starts (e.g. refilling a queue), so the
-        cell can be run again alone.
+        cell can be run again alone. --repeat N: run it N times (the setup before each), kept
+        together in the records so that comparisons show their spread.
         """
         lab = _current_lab()
         try:
@@ -159,8 +178,8 @@ class LabMagics(Magics):
             work = self._sql_variable("--work", chosen, "counting the work done", "select count(*) from done")
             setup = self._sql_variable("--setup", chosen, "to run before pgbench", "call refill(1000)")
             spec = pgbench.parse_options(words, script=cell, defaults=lab.profile.run_defaults())
-            return lab.run_spec(spec, probes=probes, work=work, hold_sessions="--hold-sessions" in flags,
-                                setup=setup)
+            return lab.repeat_spec(spec, _repeats(chosen.get("--repeat")), probes=probes, work=work,
+                                   hold_sessions="--hold-sessions" in flags, setup=setup)
         except LabkitError as error:
             raise _for_student(error) from None
 
