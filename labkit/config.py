@@ -16,11 +16,15 @@ Every text file labkit reads or writes is UTF-8, whatever the platform's locale.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import platformdirs
 
+from . import _windows
+
 APP = "labkit"
+WINDOWS = sys.platform == "win32"
 ENCODING = "utf-8"
 # A Unix socket's path may hold at most 104 bytes on macOS (108 on Linux): the server's socket and
 # a headless kernel's ZeroMQ sockets are put in a shorter folder when theirs would be longer.
@@ -91,18 +95,30 @@ def shipped(name: str) -> Path:
 def private_dir(path: Path, mode: int = 0o700) -> Path:
     """Create ``path`` (and parents) if needed; the leaf gets ``mode``, never world-writable.
 
-    On Windows ``chmod`` only sets the read-only flag: a folder in the user's profile is
-    private through its inherited access list instead.
+    On Windows ``chmod`` only sets the read-only flag, and a folder takes its parent's
+    inherited access list (under ``C:\\`` every local user may read it): a folder that no one
+    else may enter (``mode`` without group and other bits) gets an access list of its own
+    instead, which what is made in it inherits (:func:`labkit._windows.make_private`).
     """
     path.mkdir(parents=True, exist_ok=True)
     path.chmod(mode & ~0o002)
+    if WINDOWS and not mode & 0o077:
+        _windows.make_private(path, folder=True)
     return path
 
 
 def write_private(path: Path, text: str) -> Path:
-    """Write ``text`` to a file only its owner can read (created with mode 0600 from the start)."""
+    """Write ``text`` to a file only its owner can read (created with mode 0600 from the start).
+
+    On Windows the file gets an access list of its own (the user and SYSTEM) before the text is in it.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o600)
+    flags = os.O_WRONLY | os.O_TRUNC | getattr(os, "O_BINARY", 0)
+    descriptor = os.open(path, flags | os.O_CREAT, 0o600)
+    if WINDOWS:  # the mode above is only the read-only flag there
+        os.close(descriptor)
+        _windows.make_private(path, folder=False)
+        descriptor = os.open(path, flags)
     with open(descriptor, "w", encoding=ENCODING) as handle:
         handle.write(text)
     path.chmod(0o600)

@@ -44,8 +44,15 @@ def test_tcp_listens_on_loopback_only_with_a_private_password(tcp_lab):
     listening = {(c.laddr.ip, c.laddr.port) for c in psutil.Process(server.postmaster_pid()).net_connections("inet")
                  if c.status == psutil.CONN_LISTEN}
     assert listening == {("127.0.0.1", server.port)}
-    # Only its owner may read it (Windows has no modes: a file in the user's profile is private by its access list).
-    assert stat.S_IMODE(server.password_file.stat().st_mode) == (0o666 if os.name == "nt" else 0o600)
+    # Only its owner may read it: its mode, or on Windows (no modes) an access list of its own for the user and SYSTEM.
+    if os.name == "nt":
+        from labkit import _windows
+
+        user = _windows.security().user_sid()
+        dacl = _windows.parse_dacl(_windows.security().read(server.password_file), user)
+        assert dacl.protected and {(ace.kind, ace.sid) for ace in dacl.aces} == {("A", user), ("A", "S-1-5-18")}
+    else:
+        assert stat.S_IMODE(server.password_file.stat().st_mode) == 0o600
     assert not list(server.data_dir.glob("*.log")), "the server log belongs outside the data folder"
     assert server.log_file.exists()
     without_password = f"host=127.0.0.1 port={server.port} user=postgres dbname=postgres connect_timeout=5"

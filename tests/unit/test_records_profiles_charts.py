@@ -18,8 +18,18 @@ def test_record_round_trip(tmp_path):
     run = make_run()
     path = run.save(tmp_path)
     assert path.name == "02-flash-sale--plain--20261121T100000.json"
-    # Its owner's only (Windows has no modes: only the read-only flag, clear).
-    assert oct(path.stat().st_mode & 0o777) == ("0o666" if os.name == "nt" else "0o600")
+    # Its owner's only: its mode, or on Windows (no modes) its access list, where no one but the user, SYSTEM and
+    # Administrators may read it (a folder in the user's profile, as pytest's, passes on that list).
+    if os.name == "nt":
+        from labkit import _windows
+
+        user = _windows.security().user_sid()
+        reads = 0x1 | 0x10000000 | 0x80000000  # FILE_READ_DATA, GENERIC_ALL, GENERIC_READ (winnt.h)
+        readers = {ace.sid for ace in _windows.parse_dacl(_windows.security().read(path), user).aces
+                   if ace.kind == "A" and "IO" not in ace.flags and ace.rights & reads}
+        assert user in readers and readers <= {user, "S-1-5-18", "S-1-5-32-544"}
+    else:
+        assert oct(path.stat().st_mode & 0o777) == "0o600"
     loaded = records.Run.load(path)
     assert loaded.to_dict() == run.to_dict()
     assert loaded.summary()["goodput"] == 42.0
