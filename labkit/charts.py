@@ -709,15 +709,15 @@ def _bars(groups: list[list[Run]], metric: str) -> list:
     colors = [run_color(group[0]) for group in groups]
     common = dict(y=labels, orientation="h", textposition="outside", cliponaxis=False, legend="legend2")
     bars = []
-    for shown, name, extra in (("tps", "tps", {}), (metric, metric, {}))[: 2 if metric != "tps" else 1]:
+    for shown in ["tps"] + ([metric] if metric != "tps" else []):
         figures = [_mean_and_range(group, shown) for group in groups]
         error = dict(type="data", array=[up for _, _, up in figures], arrayminus=[down for _, down, _ in figures],
                      visible=any(len(group) > 1 for group in groups), color=style.PLANNED_END_COLOR, thickness=1.2)
         marker = dict(color=colors) if shown == "tps" else dict(
             color="white", line=dict(color=colors, width=1.5), pattern=dict(shape="/", fgcolor=colors, solidity=0.45))
-        text = "%{x:,.0f}" if shown in ("tps", "goodput") else "%{x:,.4~g}"
-        bars.append(go.Bar(x=[mean for mean, _, _ in figures], name=name if shown != "tps" else "tps (mean of repeats)",
-                           marker=marker, error_x=error, texttemplate=text, **common, **extra))
+        bars.append(go.Bar(x=[mean for mean, _, _ in figures], name="tps (mean of repeats)" if shown == "tps" else shown,
+                           marker=marker, error_x=error,
+                           texttemplate="%{x:,.0f}" if shown in ("tps", "goodput") else "%{x:,.4~g}", **common))
     return bars
 
 

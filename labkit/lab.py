@@ -222,7 +222,7 @@ class Lab:
             self.messages.append(f"These settings need a restart, which labkit does not do to the {self.server.kind} "
                                  "server.")
         elif restart:
-            self.sessions.close()
+            # this notebook's sessions reconnect by themselves, as other notebooks' do (a lost transaction is said)
             self.server.restart()
             restarted = True
         after = self.settings(*settings).set_index("name")["setting"].to_dict()

@@ -167,9 +167,9 @@ def blind_probes(samples: dict[str, list[dict]], costs: list[dict]) -> dict[str,
     ...              [{"name": "waiting", "every_s": 0.25, "samples": 2}])["waiting"]
     "probe 'waiting' read 0 in all 2 samples, one every 0.25 s: an event shorter than that (a lock wait of a few milliseconds) can fall between two samples, so this says it was rare or short, not that it never happened. A cumulative counter (pg_stat_* views) or the server log (log_lock_waits) counts what sampling misses."
     """
-    notes = {}
+    notes: dict[str, str] = {}
     for cost in costs:
-        name = cost.get("name")
+        name = str(cost.get("name"))
         if name in (CPU, HELD_BY, "work") or not cost.get("samples"):
             continue
         rows = samples.get(name, [])

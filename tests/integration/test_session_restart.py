@@ -91,3 +91,15 @@ def test_the_interpreter_exits_at_once_while_a_session_waits(lab, hot_row):
     while lab.value(left) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert lab.value(left) == 0
+
+
+def test_this_notebooks_own_restart_leaves_its_idle_session_working(lab):
+    session = lab.session("own-restart")
+    session.run("select 1")
+    current = int(lab.value("show max_connections"))
+    lab.set(max_connections=current + 1)
+    try:
+        outcome = session.run("select 2 as two")
+        assert outcome.frame is not None and outcome.frame.iloc[0]["two"] == 2, outcome
+    finally:
+        lab.set(max_connections=current)
