@@ -533,6 +533,15 @@ def start(notebook: str | None = None, *, profile: str | None = None, fresh: boo
         messages.append(f"Started the {server.kind} PostgreSQL server.")
         if server.kind == "embedded":  # an external server's OS is told by _external_report
             messages += platform_messages(system_of(sys.platform))
+    else:
+        behind = _below_profile(server, chosen)
+        if behind:  # the server was started for a smaller profile (another notebook's): say so, with the fix
+            wanted = ", ".join(f"{name}={value!r}" for name, _, value in behind)
+            messages.append(
+                f"The server was already running with smaller settings than the {chosen.name!r} profile's ("
+                + "; ".join(f"{name} {have}, {chosen.name} asks {value}" for name, have, value in behind)
+                + f"): lab.set({wanted}) applies them, with a restart (other notebooks' sessions reconnect; do it "
+                  "while no run is going).")
     exists = _create_database(server, database_name(notebook), chosen, fresh, messages)
     messages += _profile_advice(chosen)
     lab = Lab(server, notebook, chosen, messages=messages)
@@ -562,6 +571,38 @@ def start(notebook: str | None = None, *, profile: str | None = None, fresh: boo
 
         plotly_in_page()
     return lab
+
+
+def _below_profile(server: Server, profile: Profile) -> list[tuple[str, str, str]]:
+    """The sized settings (max_connections, shared_buffers) of a running lab server below what ``profile`` asks.
+
+    Only a server labkit can restart is compared: an external server's settings are reported by
+    ``_external_report``. Each item: the setting, its value now, the profile's.
+    """
+    if not server.can_restart:
+        return []
+    wanted = {name: value for name, value in lab_settings(profile).items()
+              if name in ("max_connections", "shared_buffers")}
+    with db.connect(server.admin_conninfo()) as connection:
+        rows = connection.execute(query("settings_of"), {"names": list(wanted)}).fetchall()
+    behind = []
+    for name, setting, unit in rows:
+        have, asked = _size(setting, unit), _size(wanted[name])
+        if have is not None and asked is not None and have < asked:
+            behind.append((name, units.shown(setting, unit), wanted[name]))
+    return behind
+
+
+def _size(text: str, unit: str | None = None) -> float | None:
+    """A setting's size: bytes for memory, the number itself for a count (max_connections).
+
+    >>> _size("16384", "8kB"), _size("300"), _size("on")
+    (134217728.0, 300.0, None)
+    """
+    found = units.quantity(text, unit)
+    if found is not None:
+        return found[1]
+    return float(text) if text.isdigit() else None
 
 
 def _create_database(server: Server, database: str, profile: Profile, fresh: bool, messages: list[str]) -> bool:

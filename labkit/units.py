@@ -31,6 +31,22 @@ def quantity(text: str, unit: str | None = None) -> tuple[str, float] | None:
     return kind, float(match.group(1)) * factor
 
 
+def shown(setting: str, unit: str | None) -> str:
+    """A setting as ``SHOW`` writes it: memory in the largest whole unit, a count as it is.
+
+    >>> shown("16384", "8kB"), shown("300", None), shown("131072", "kB")
+    ('128MB', '300', '128MB')
+    """
+    found = quantity(setting, unit)
+    if found is None or found[0] != "memory":
+        return setting if not unit else f"{setting}{unit}"
+    size = found[1]
+    for name, factor in (("TB", 1024**4), ("GB", 1024**3), ("MB", 1024**2), ("kB", 1024)):
+        if size >= factor and size % factor == 0:
+            return f"{int(size // factor)}{name}"
+    return f"{int(size)}B"
+
+
 def seconds(text: str) -> float | None:
     """Seconds in a duration setting (a bare number is milliseconds, as for the timeouts); None if unreadable.
 

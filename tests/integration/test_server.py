@@ -261,3 +261,15 @@ def test_doctor_reports_whether_the_external_server_answers(lab, monkeypatch, ca
     assert main(["doctor"]) == 0
     server_line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("server "))
     assert "127.0.0.1:1 (LABKIT_DSN) does not answer: " in server_line and "Connection refused" in server_line
+
+
+def test_a_bigger_profile_on_a_server_started_for_a_smaller_one_is_said_with_its_fix(lab):
+    """The test session's server runs under ci (128MB, 300 connections); a notebook asks for laptop."""
+    laptop = labkit.start("tests-laptop", profile="laptop")
+    said = [message for message in laptop.messages if message.startswith("The server was already running")]
+    assert said == ["The server was already running with smaller settings than the 'laptop' profile's (max_connections "
+                    "300, laptop asks 600; shared_buffers 128MB, laptop asks 256MB): lab.set(max_connections='600', "
+                    "shared_buffers='256MB') applies them, with a restart (other notebooks' sessions reconnect; do it "
+                    "while no run is going)."]
+    again = labkit.start("tests-ci-again", profile="ci")
+    assert not [message for message in again.messages if message.startswith("The server was already running")]
