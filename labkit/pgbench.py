@@ -78,6 +78,10 @@ class Spec:
             raise UsageError("-t must be at least 1.")
         if self.mode not in ("simple", "extended", "prepared"):
             raise UsageError(f"-M must be simple, extended or prepared, not {self.mode!r}.")
+        if self.sampling_rate is not None and not self.transaction_log:
+            raise UsageError("--sampling-rate samples the transaction log, which --no-log turns off: drop one of them.")
+        if self.sampling_rate is not None and not 0 < self.sampling_rate <= 1:
+            raise UsageError("--sampling-rate is the share of transactions logged: a number above 0 and at most 1.")
         if not self.scripts or not any(s.text.strip() for s in self.scripts):
             raise UsageError("The pgbench script is empty: write SQL in the cell body or pass -f FILE.")
         return self

@@ -42,6 +42,8 @@ def test_scripts_from_files_with_weights(tmp_path: Path):
         ("-f /nonexistent/x.sql", "does not exist"),
         ("-c 0", "at least 1"),
         ("-c 4 -j 8", "-j must be between 1"),
+        ("--no-log --sampling-rate 0.1", "--sampling-rate samples the transaction log, which --no-log turns off"),
+        ("--sampling-rate 2", "--sampling-rate is the share of transactions logged"),
     ],
 )
 def test_bad_options_say_what_to_do(line, words):
