@@ -8,19 +8,16 @@ in the article and in this run.
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from . import config
 from .errors import UsageError
 from .records import Run
-
-DATA = Path(__file__).resolve().parent.parent / "data"
 
 
 def figures(lab: str):
     """The article's figures for ``lab`` (e.g. ``"02-flash-sale"``); the source is in ``.attrs["source"]``."""
     import pandas as pd
 
-    path = DATA / f"{lab}.csv"
+    path = config.shipped("data") / f"{lab}.csv"
     if not path.exists():
         raise UsageError(f"No article figures for {lab!r}: expected {path}.")
     lines = path.read_text(encoding="utf-8").splitlines()

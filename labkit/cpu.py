@@ -18,7 +18,7 @@ import psycopg
 
 from . import db
 from .probes import CPU, _Schedule
-from .profiles import _read_first, machine_size
+from .profiles import _read_first, cgroup_folders, machine_size
 from .queries import query
 
 # pgbench is "busy" from this share of a core per thread; the machine is "full" when the
@@ -51,7 +51,8 @@ def _reaped(process: psutil.Process) -> float:
 
 def _container_used() -> float | None:
     """CPU seconds this container has used (cgroup v2's cpu.stat); None outside a container's limit."""
-    stat = _read_first(["/sys/fs/cgroup/cpu.stat"]) or ""
+    folders = cgroup_folders()
+    stat = (_read_first([str(folders[0] / "cpu.stat")]) if folders else None) or ""  # this process's own cgroup
     usage = [line.split()[1] for line in stat.splitlines() if line.startswith("usage_usec ")]
     return int(usage[0]) / 1e6 if usage and usage[0].isdigit() else None
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from .errors import UsageError
 
@@ -119,7 +120,7 @@ def default_name(environ=None) -> tuple[str, str]:
     return "laptop", "default"
 
 
-def machine_size() -> tuple[float, int]:
+def machine_size(root: Path | None = None, membership: str | None = None) -> tuple[float, int]:
     """CPUs and memory bytes this process may use: the container's limits (cgroup v2/v1) when set.
 
     On Binder and in containers, ``os.cpu_count()`` and the total memory are the host's; the
@@ -129,18 +130,50 @@ def machine_size() -> tuple[float, int]:
 
     cpus: float = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     memory = psutil.virtual_memory().total
-    quota = _read_first(["/sys/fs/cgroup/cpu.max"])
-    if quota and quota.split()[0] != "max":
-        limit, period = quota.split()[:2]
-        cpus = min(cpus, int(limit) / int(period))
-    else:
+    folders = cgroup_folders(root or CGROUP_ROOT, membership)
+    quotas = [quota.split()[:2] for quota in (_read_first([str(f / "cpu.max")]) for f in folders)
+              if quota and quota.split()[0] != "max"]
+    if quotas:
+        cpus = min([cpus] + [int(limit) / int(period) for limit, period in quotas])
+    elif not folders:
         v1_quota, v1_period = _read_first(["/sys/fs/cgroup/cpu/cpu.cfs_quota_us"]), _read_first(["/sys/fs/cgroup/cpu/cpu.cfs_period_us"])
         if v1_quota and v1_period and int(v1_quota) > 0:
             cpus = min(cpus, int(v1_quota) / int(v1_period))
-    memory_limit = _read_first(["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"])
-    if memory_limit and memory_limit.isdigit() and int(memory_limit) < memory:
-        memory = int(memory_limit)
+    limits = [_read_first([str(f / "memory.max")]) for f in folders] or [
+        _read_first(["/sys/fs/cgroup/memory/memory.limit_in_bytes"])]
+    for memory_limit in limits:
+        if memory_limit and memory_limit.isdigit() and int(memory_limit) < memory:
+            memory = int(memory_limit)
     return cpus, memory
+
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def cgroup_folders(root: Path = CGROUP_ROOT, membership: str | None = None) -> list[Path]:
+    """This process's cgroup v2 folder and those above it, innermost first ([] without cgroup v2).
+
+    Inside a container with its own cgroup namespace the process's cgroup is the mount's root;
+    on a host, or a container sharing the host's namespace, it is a folder below it, and a
+    limit may be set on any folder on the way up: the tightest one holds.
+
+    >>> import tempfile; top = Path(tempfile.mkdtemp()); (top / "a" / "b").mkdir(parents=True)
+    >>> _ = (top / "cgroup.controllers").write_text("cpu memory")
+    >>> [str(f.relative_to(top)) for f in cgroup_folders(top, "0::/a/b")]
+    ['a/b', 'a', '.']
+    """
+    if not (root / "cgroup.controllers").exists():
+        return []  # cgroup v1, or no cgroup file system (macOS, Windows)
+    if membership is None:
+        membership = _read_first(["/proc/self/cgroup"]) or ""  # posix-only: Linux's own file, read only there
+    relative = next((line[3:].strip() for line in membership.splitlines() if line.startswith("0::")), "/")
+    folder = root / relative.lstrip("/")
+    if not folder.is_dir():
+        folder = root  # the path is the host's, not visible here: the mount's root is ours
+    folders = [folder]
+    while folders[-1] != root and root in folders[-1].parents:
+        folders.append(folders[-1].parent)
+    return folders
 
 
 def _read_first(paths: list[str]) -> str | None:

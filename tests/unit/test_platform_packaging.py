@@ -64,11 +64,13 @@ def test_an_installed_labkit_finds_its_image_and_figures(wheel, tmp_path):
     """The wheel unpacked on its own (no source checkout beside it): labkit finds docker/ and data/ inside itself."""
     path, _ = wheel
     zipfile.ZipFile(path).extractall(tmp_path)
-    probe = ("import sys; sys.path.insert(0, sys.argv[1]); from labkit import config, docker_backend; "
-             "print(docker_backend.docker_dir()); print(config.shipped('data'))")
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); from labkit import article, config, docker_backend; "
+             "print(docker_backend.docker_dir()); print(config.shipped('data')); "
+             "print(len(article.figures('02-flash-sale')) > 0)")
     found = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], capture_output=True, encoding="utf-8",
                            check=True, cwd=tmp_path).stdout.splitlines()
-    assert [Path(line) for line in found] == [tmp_path / "labkit" / "docker", tmp_path / "labkit" / "data"]
+    assert found[2] == "True"  # the article's figures, read from inside the package
+    assert [Path(line) for line in found[:2]] == [tmp_path / "labkit" / "docker", tmp_path / "labkit" / "data"]
     assert (Path(found[0]) / "Dockerfile").exists() and (Path(found[1]) / "02-flash-sale.csv").exists()
 
 
