@@ -2,9 +2,14 @@
 
 import pytest
 
+from labkit import records
+from labkit.profiles import Profile
+from labkit.verdict import compare
+
 pytestmark = pytest.mark.integration
 
 RUNS = ["pending-64kB", "pending-128MB", "fillfactor-50", "fastupdate-off"]
+COMPARED = ["pending-64kB", "pending-128MB", "fastupdate-off"]  # repeated: the lab's verdicts are on these
 FIGURES = {"stall_seconds", "max_latency_ms", "overrun_s", "hot_ratio", "pending_pages_max",
            "oldest_xact_s_max", "table_mb", "gin_mb"}
 
@@ -58,3 +63,17 @@ def test_the_control_has_no_list_and_no_long_transaction(lab_runs):
     assert control.extra["oldest_xact_s_max"] < 1 < flushed.extra["oldest_xact_s_max"]
     # the same packed table: what the control loses is the packed pages alone, and the flushed run loses more
     assert flushed.extra["hot_ratio"] < control.extra["hot_ratio"]
+
+
+def test_the_compared_runs_are_repeated_and_each_repeat_is_measured(lab_runs):
+    newest = lab_runs("01-gin-pending-list", RUNS)
+    groups = records.latest_groups(records.list_runs(notebook="01-gin-pending-list"))
+    for name in COMPARED:
+        group = groups[name]
+        assert len(group) == Profile.named(newest[name].profile).repeats >= 2, name
+        assert [run.repeat for run in group] == list(range(1, len(group) + 1)) and group.last.path == newest[name].path
+        for run in group:  # measure_then_rebuild noted each repeat's figures, not only the last one's
+            assert run.failures == 0 and not run.errors and FIGURES <= set(run.extra), (name, run.repeat)
+            assert run.extra["stall_seconds"] == run.stall_seconds and run.extra["overrun_s"] == run.overrun_s
+    verdict = compare(groups["fastupdate-off"], groups["pending-64kB"], metric="hot_ratio")
+    assert verdict.basis == "repeats" and verdict.ratio is not None
