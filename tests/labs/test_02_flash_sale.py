@@ -3,6 +3,7 @@
 import pytest
 
 from labkit import records
+from labkit.profiles import Profile
 from labkit.sessions import Result, Waiting
 
 from .steps import replay, tagged_steps
@@ -10,6 +11,12 @@ from .steps import replay, tagged_steps
 pytestmark = pytest.mark.integration
 
 METHODS = ["plain", "skip-locked", "advisory"]
+REPEATED = [*METHODS, "plain-deadlock-10s"]  # the runs the lab's verdicts compare
+
+
+def _groups():
+    """The newest repeats of each name (the fixture has run the lab by then)."""
+    return records.latest_groups(records.list_runs(notebook="02-flash-sale"))
 
 
 def _lock_waiters(run) -> float:
@@ -34,14 +41,28 @@ def test_advisory_sells_more_per_second_than_plain(lab_runs):
 
 
 def test_tps_counts_attempts_that_sold_nothing(lab_runs):
-    runs = lab_runs("02-flash-sale", METHODS)
-    plain = runs["plain"]
-    # every plain transaction sells one unit (a transaction cut off by -T may still commit)
-    assert abs(plain.extra["work"] - plain.transactions) <= plain.clients
+    lab_runs("02-flash-sale", METHODS)
+    groups = _groups()
+    for plain in groups["plain"]:  # every repeat
+        # every plain transaction sells one unit (a transaction cut off by -T may still commit)
+        assert abs(plain.extra["work"] - plain.transactions) <= plain.clients
     for name in ("skip-locked", "advisory"):
-        run = runs[name]
-        assert run.extra["work"] < run.transactions
-        assert run.extra["goodput"] < run.tps
+        for run in groups[name]:
+            assert run.extra["work"] < run.transactions
+            assert run.extra["goodput"] < run.tps
+
+
+def test_the_compared_runs_are_repeated_each_from_the_one_page_table(lab_runs):
+    newest = lab_runs("02-flash-sale", REPEATED)
+    groups = _groups()
+    for name in REPEATED:
+        group, last = groups[name], newest[name]
+        assert len(group) == Profile.named(last.profile).repeats >= 2, name
+        assert [run.repeat for run in group] == list(range(1, len(group) + 1)) and group.last.path == last.path
+        for run in group:
+            assert (run.clients, run.duration_s, run.mode) == (last.clients, last.duration_s, "prepared")
+            assert run.failures == 0 and not run.errors and {"work", "goodput", "useful"} <= set(run.extra)
+            assert run.probes["growth"][0]["table_pages"] == 1, (name, run.repeat)  # the reset before each repeat
 
 
 def test_plain_queues_on_locks_and_the_others_do_not(lab_runs):
