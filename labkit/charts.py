@@ -792,3 +792,62 @@ def logs_beside(logs, runs: list[Run], *, by: list[str], title: str | None = Non
     figure.update_xaxes(title_text="seconds")
     figure.update_yaxes(title_text="tps", rangemode="tozero", row=1, col=1)
     return figure
+
+
+# -- an interleaving, one lane per session
+
+
+def lanes(run, *, title: str | None = None):
+    """One permutation of an interleaving (:class:`labkit.interleave.PermutationRun`) as lanes.
+
+    One lane per session, a box per step from its launch to its completion, in the order things
+    happened. A step the server made wait is drawn faded while it waited, with the lock it asked
+    for and who held it (from ``pg_locks`` at that moment), and an arrow from the step whose
+    completion released it. A step that ended in an error is outlined in red with the error.
+    """
+    go, _ = _go()
+    figure = style.apply(go.Figure())
+    sessions = list(run.sessions)
+    last = max([e.completed_order or 0 for e in run.events] + [e.order for e in run.events] + [0]) + 1
+    for event in run.events:
+        end = event.completed_order if event.completed_order is not None else last
+        color = style.color(event.session)
+        waited = event.waiting_s is not None
+        hover = (f"<b>{event.step}</b> ({event.session})<br>{_html_lines(event.sql)}<br>launched at "
+                 f"{event.launched_s * 1000:,.0f} ms" + (f", seen waiting at {event.waiting_s * 1000:,.0f} ms"
+                                                       if waited else "")
+                 + (f", completed at {event.completed_s * 1000:,.0f} ms" if event.completed_s is not None else
+                    ", did not complete") + (f"<br>{event.error}" if event.error else ""))
+        figure.add_trace(go.Bar(
+            x=[max(end - event.order, 0.8)], base=[event.order], y=[event.session], orientation="h",
+            name=event.step, showlegend=False, text=[event.step], textposition="inside", insidetextanchor="start",
+            marker=dict(color=style.translucent(color, 0.3 if waited else 0.85),
+                        line=dict(color=style.VERMILLION if event.error else color, width=3 if event.error else 1),
+                        pattern=dict(shape="/" if waited else "", fgcolor=color, solidity=0.25)),
+            hovertemplate=hover + "<extra></extra>", width=0.6))
+        if waited:
+            lock = event.lock
+            said = (f"waits for {lock.get('mode')} on {lock.get('locktype')} {lock.get('what')}".strip()
+                    + (f", held by {', '.join(lock['held_by'])}" if lock.get("held_by") else "")) if lock else "waits"
+            figure.add_annotation(x=event.order + 0.1, y=event.session, yshift=-22, text=said, showarrow=False,
+                                  xanchor="left", font=dict(size=11, color=style.PLANNED_END_COLOR))
+        if event.error:
+            figure.add_annotation(x=end, y=event.session, yshift=22, text=event.error, showarrow=False,
+                                  xanchor="right", font=dict(size=11, color=style.VERMILLION))
+        releaser = next((e for e in run.events if e.step == event.released_by and e.completed_order is not None), None)
+        if waited and releaser is not None and event.completed_order is not None:
+            figure.add_annotation(x=event.completed_order, y=event.session, ax=releaser.completed_order,
+                                  ay=releaser.session, xref="x", yref="y", axref="x", ayref="y", showarrow=True,
+                                  arrowhead=3, arrowwidth=1.5, arrowcolor=style.PLANNED_END_COLOR, text="")
+    figure.update_layout(
+        title=title or f"permutation: {run.name}", barmode="overlay", height=140 + 90 * len(sessions),
+        margin=dict(l=80, r=40, t=70, b=60), bargap=0.3)
+    figure.update_yaxes(categoryorder="array", categoryarray=sessions[::-1], title_text="session")
+    figure.update_xaxes(title_text="order of events (each launch and each completion)", dtick=1, range=[-0.2, last + 0.2])
+    return figure
+
+
+def _html_lines(sql: str) -> str:
+    import html
+
+    return "<br>".join(html.escape(line) for line in sql.strip().splitlines())

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -34,6 +35,7 @@ from .errors import LabkitError, UsageError
 from .queries import query
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEFAULT_LOCK_TIMEOUT = "5min"
 DEFAULT_STATEMENT_TIMEOUT = "10min"
@@ -296,22 +298,30 @@ class Session:
             raise UsageError(f"Unknown timeout(s) {', '.join(sorted(unknown))}: give {' or '.join(TIMEOUTS)}.")
         self._connect_again_if_lost()
         note, self._note = self._note, ""
-        future: Future[Ended] = Future()
-        future.set_running_or_notify_cancel()
-        # A daemon thread, not a pool's worker: the interpreter joins those at exit, before lab.close
-        # (atexit) could cancel a statement that waits for a lock, so a script would end only with the wait.
-        threading.Thread(target=self._work, args=(future, sql, params, timeouts, note), daemon=True,
-                         name=f"labkit-session-{self.name}").start()
-        self.pending = future
-        self.pending_sql = sql
+        future = self._start(lambda: self._execute(sql, params, timeouts, note), sql)
         self.pending_note = note
         return future
 
-    def _work(self, future: Future[Ended], sql: str, params, timeouts: dict[str, str] | None, note: str) -> None:
-        try:
-            future.set_result(self._execute(sql, params, timeouts, note))
-        except BaseException as error:  # noqa: BLE001 - the caller gets it from the future
-            future.set_exception(error)
+    def start(self, work: Callable[[psycopg.Connection], T], sql: str = "") -> Future[T]:
+        """Run ``work(connection)`` in the session's thread: what an interleaving's step does (labkit.interleave).
+
+        The session is busy until it ends, as with :meth:`submit`; ``sql`` names what it runs.
+        """
+        self._refuse_if_busy()
+        self._connect_again_if_lost()
+        self._note = ""
+        return self._start(lambda: work(self.connection), sql)
+
+    def _start(self, work: Callable[[], T], sql: str) -> Future[T]:
+        future: Future = Future()
+        future.set_running_or_notify_cancel()
+        # A daemon thread, not a pool's worker: the interpreter joins those at exit, before lab.close
+        # (atexit) could cancel a statement that waits for a lock, so a script would end only with the wait.
+        threading.Thread(target=_work, args=(future, work), daemon=True, name=f"labkit-session-{self.name}").start()
+        self.pending = future
+        self.pending_sql = sql
+        self.pending_note = ""
+        return future
 
     def run(self, sql: str, params=None, *, report_wait_after: float = REPORT_WAIT_AFTER_S,
             timeouts: dict[str, str] | None = None) -> Outcome:
@@ -355,6 +365,13 @@ class Session:
             self.cancel()
         finally:
             self.connection.close()
+
+
+def _work(future: Future, work: Callable[[], object]) -> None:
+    try:
+        future.set_result(work())
+    except BaseException as error:  # noqa: BLE001 - the caller gets it from the future
+        future.set_exception(error)
 
 
 @dataclass
