@@ -691,8 +691,8 @@ def _execute(connection, sql: str) -> _Executed:
         pgconn.send_query(sql.encode(encoding))  # raises when libpq cannot send it
         while pgconn.flush():  # a non-blocking connection: what is left to send, sent
             _wait(pgconn.socket, write=True)
-    except psycopg.OperationalError as error:
-        return _Executed(f"failed to send query: {error}\n", str(error))
+    except psycopg.OperationalError as failed:
+        return _Executed(f"failed to send query: {failed}\n", str(failed))
     parts, error, rows = [], None, []
     while True:
         # libpq's PQgetResult would block inside C with the interpreter's lock held: wait here instead
