@@ -459,6 +459,17 @@ class Lab:
             raise UsageError("No saved runs yet in this notebook: run a %%pgbench cell first.")
         return compare(runs, metric=metric)
 
+    def steps(self, spec, *, permutation: str | None = None, step_timeout_s: float | None = None):
+        """Run an interleaving (an isolation spec's text or a :class:`labkit.interleave.Spec`) step by step.
+
+        Returns the :class:`labkit.interleave.Outcome`: its ``text`` as PostgreSQL's isolation tester
+        prints it, its events, and ``lanes()`` to draw it. ``%%steps`` does the same in a cell.
+        """
+        from . import interleave
+
+        return interleave.run(self, spec, permutation=permutation,
+                              step_timeout_s=step_timeout_s or interleave.DEFAULT_STEP_TIMEOUT_S)
+
     def verdict(self, a: str, b: str, *, metric: str = "tps"):
         """How run ``b`` compares with run ``a`` on ``metric`` (their newest repeats), and how sure that is.
 

@@ -39,20 +39,19 @@ def nested():
         _NESTED.reset(token)
 
 
-class LiveView:
-    """The live chart of one run, replaced by the final timeline when the run ends.
+class FigureView:
+    """A plotly figure redrawn in place while something happens, then replaced by its final picture.
 
-    The chart is a :class:`labkit.livewidget.LiveFigure` (one plot, redrawn in place) inside an
-    :class:`ipywidgets.Output`. When the run ends, the final figure takes the display's place (in a
+    The figure is a :class:`labkit.livewidget.LiveFigure` (one plot, redrawn in place) inside an
+    :class:`ipywidgets.Output`. At the end the final figure takes the display's place (in a
     panel, made inside :func:`nested`, the Output's), drawn by JupyterLab's plotly renderer, so it
     survives saving, HTML export and a closed kernel; the widgets are then closed.
     """
 
-    def __init__(self, name: str, clients: int, probe_names: list[str], *, planned_s: float | None = None):
+    def __init__(self, name: str, figure):
         import ipywidgets
         from IPython.display import display
 
-        from .charts import LiveChart
         from .livewidget import LiveFigure, plotly_in_page
 
         self.name = name
@@ -63,33 +62,22 @@ class LiveView:
         self.output = ipywidgets.Output()
         plotly_in_page()
         self.widget = LiveFigure()
-        self.chart = LiveChart(f"{name}: {clients} clients, live", probe_names, name=name, planned_s=planned_s,
-                               publish=self.widget.show)
-        self.widget.show(self.chart.figure)
+        self.widget.show(figure)
         # The widget's state is set from the kernel: no `with output:` (whose exit would swallow a
         # Ctrl+C under IPython), and the page does not send each frame back to the kernel.
         self._frame(self.widget.bundle())
         self.handle = display(self.output, display_id=True)
 
+    def show(self, figure) -> None:
+        """The next frame."""
+        self.widget.show(figure)
+
+    def final(self, figure) -> None:
+        """The final picture in place of the live one."""
+        self._end(figure._repr_mimebundle_())
+
     def _frame(self, bundle: dict) -> None:
         self.output.outputs = ({"output_type": "display_data", "data": bundle, "metadata": {}},)
-
-    def progress(self, point, line: str) -> None:
-        self.chart.add_progress(point)
-
-    def samples(self, fresh: dict[str, list[dict]]) -> None:
-        self.chart.add_samples(fresh)
-
-    def finished(self, run) -> None:
-        """A static figure replaces the live view: it survives saving, HTML export and a closed kernel."""
-        from .charts import timeline
-
-        try:
-            bundle = timeline(run)._repr_mimebundle_()
-        except Exception as error:  # noqa: BLE001 - the run is recorded: a chart that fails must not hide it
-            self.stopped(f"the run is recorded, but its chart could not be drawn ({type(error).__name__}: {error}).")
-            return
-        self._end(bundle)
 
     def stopped(self, why: str) -> None:
         """The run ended without a record to draw (interrupted, failed, or an error in labkit)."""
@@ -113,6 +101,33 @@ class LiveView:
         """Close the Output the view was shown in (once the page no longer shows it)."""
         _close(self.output)
 
+
+class LiveView(FigureView):
+    """The live chart of one run, replaced by the final timeline when the run ends."""
+
+    def __init__(self, name: str, clients: int, probe_names: list[str], *, planned_s: float | None = None):
+        from .charts import LiveChart
+
+        self.chart = LiveChart(f"{name}: {clients} clients, live", probe_names, name=name, planned_s=planned_s)
+        super().__init__(name, self.chart.figure)
+        self.chart.publish = self.widget.show
+
+    def progress(self, point, line: str) -> None:
+        self.chart.add_progress(point)
+
+    def samples(self, fresh: dict[str, list[dict]]) -> None:
+        self.chart.add_samples(fresh)
+
+    def finished(self, run) -> None:
+        """A static figure replaces the live view: it survives saving, HTML export and a closed kernel."""
+        from .charts import timeline
+
+        try:
+            bundle = timeline(run)._repr_mimebundle_()
+        except Exception as error:  # noqa: BLE001 - the run is recorded: a chart that fails must not hide it
+            self.stopped(f"the run is recorded, but its chart could not be drawn ({type(error).__name__}: {error}).")
+            return
+        self._end(bundle)
 
 def _close(*widgets) -> None:
     """Close each widget and its layout (the Layout model would otherwise stay in the kernel)."""

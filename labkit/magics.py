@@ -15,6 +15,7 @@ because it is often the lesson.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import psycopg
 from IPython import get_ipython
@@ -84,6 +85,40 @@ def split_labkit_options(argv: list[str]) -> tuple[list[str], dict[str, list[str
         else:
             kept.append(word)
     return kept, {name: values for name, values in found.items() if values}, flags
+
+
+class _StepsWatch:
+    """A %%steps cell's live output: each permutation's lines as they are printed, and its lanes redrawn."""
+
+    def __init__(self, lab, *, show_lanes: bool):
+        from .live import in_notebook
+
+        self.show_lanes = show_lanes and in_notebook()
+        self.views: dict[int, Any] = {}  # a FigureView per permutation
+        self.printed: dict[int, int] = {}
+
+    def event(self, run) -> None:
+        key = id(run)
+        lines = run.lines[self.printed.get(key, 0):]
+        self.printed[key] = len(run.lines)
+        print("".join(lines), end="", flush=True)
+        if self.show_lanes:
+            from .charts import lanes
+            from .live import FigureView
+
+            view = self.views.get(key)
+            if view is None:
+                self.views[key] = FigureView(run.name, lanes(run))
+            else:
+                view.show(lanes(run))
+
+    def done(self, outcome) -> None:
+        from .charts import lanes
+
+        for run in outcome.permutations:
+            self.event(run)  # what is left to print (the teardown's tables)
+            if self.show_lanes:
+                self.views[id(run)].final(lanes(run))
 
 
 def _repeats(values: list[str] | None) -> int | None:
@@ -182,6 +217,39 @@ class LabMagics(Magics):
                                    hold_sessions="--hold-sessions" in flags, setup=setup)
         except LabkitError as error:
             raise _for_student(error) from None
+
+    @magic_arguments()
+    @argument("--permutation", "-p", default=None, help='one permutation, e.g. "s1u s2u s1c" (default: the spec\'s)')
+    @argument("--out", "-o", default=None, help="store the outcome (text, events, lanes) in this variable")
+    @argument("--timeout", default=None, type=float, help="seconds a step may run before it is cancelled (30)")
+    @argument("--no-lanes", action="store_true", help="the text only, no lanes")
+    @cell_magic
+    def steps(self, line, cell):
+        """Run the cell, an isolation spec (setup, sessions with steps, permutations), step by step.
+
+        Each step goes to its session (the lab's session of that name); a step the server makes wait
+        is shown ``<waiting ...>`` and completed when a later step releases it. The lanes are drawn
+        as it happens, one lane per session.
+        """
+        from . import interleave
+
+        args = parse_argstring(self.steps, line)
+        lab = _current_lab()
+        try:
+            spec = interleave.parse(cell)
+            for name in interleave.unused_steps(spec):
+                print(f"unused step name: {name}", file=sys.stderr)
+            print(f"Parsed test spec with {len(spec.sessions)} sessions", flush=True)
+            watch = _StepsWatch(lab, show_lanes=not args.no_lanes)
+            permutation = args.permutation.strip("'\"") if args.permutation else None  # IPython keeps the quotes
+            outcome = interleave.run(lab, spec, permutation=permutation, on_event=watch.event,
+                                     step_timeout_s=args.timeout or interleave.DEFAULT_STEP_TIMEOUT_S)
+            watch.done(outcome)
+        except LabkitError as error:
+            raise _for_student(error) from None
+        if args.out:
+            self._namespace()[args.out] = outcome
+        return None
 
     def _sql_variable(self, option: str, chosen: dict, purpose: str, example: str) -> str | None:
         """The SQL held by the variable an option names (``--work done``), or None without the option."""

@@ -128,3 +128,22 @@ def test_a_script_that_ends_while_a_step_waits_exits_at_once(lab, tmp_path):
     started = time.monotonic()
     subprocess.run([sys.executable, str(script)], check=True, timeout=60)
     assert time.monotonic() - started < 15
+
+
+def test_the_steps_magic_prints_as_it_goes_and_keeps_the_outcome(lab, capsys):
+    from IPython.core.error import UsageError as IPythonUsageError
+    from IPython.testing.globalipapp import start_ipython
+
+    import labkit
+
+    shell = start_ipython()
+    labkit.load_ipython_extension(shell)
+    magics = shell.magics_manager.registry["LabMagics"]
+    magics.steps('--permutation "s1u s2u s1c" --out seen', OWN)
+    printed = capsys.readouterr().out
+    assert printed.startswith("Parsed test spec with 2 sessions\n\nstarting permutation: s1u s2u s1c\n")
+    assert "step s2u: update own set n = n + 10 where id = 1 returning n; <waiting ...>\n" in printed
+    assert shell.user_ns["seen"].text == printed
+    with pytest.raises(IPythonUsageError, match='Undefined step "nope"'):
+        magics.steps('--permutation "s1u nope"', OWN)
+    assert lab.steps(OWN, permutation="s2q").permutations[0].events[0].rows == [{"n": "0"}]
