@@ -644,7 +644,7 @@ def bin_log(frame, start_s: float, width_s: float = 0.1, *, sampling_rate: float
         bins.append(Bin(
             t=round((i + 1) * width_s, 6),
             tps=float(ok_counts[i]) / width_s / sampling_rate,
-            failed=int(failed_counts[i]),
+            failed=round(int(failed_counts[i]) / sampling_rate),
             p99_ms=float(percentile(sorted_values, 99)) if sorted_values is not None else None,
             max_ms=float(sorted_values[-1]) if sorted_values is not None else None,
         ))
@@ -671,6 +671,13 @@ def client_ends(frame, zero_s: float) -> dict[int, float]:
         return {}
     ends = frame.groupby("client")["end_s"].max() - zero_s
     return {int(client): round(float(end), 6) for client, end in ends.items()}
+
+
+def client_counts(frame) -> dict[int, int]:
+    """How many transactions each client logged (successful or not)."""
+    if frame.empty or "client" not in frame:
+        return {}
+    return {int(client): int(count) for client, count in frame.groupby("client").size().items()}
 
 
 def window_figures(frame, from_s: float, to_s: float, *, sampling_rate: float = 1.0) -> dict:
@@ -768,7 +775,7 @@ def find_stalls(points: list[tuple[float, float]], *, fraction: float = 0.1, wid
 
 __all__ = [
     "Bin", "Problems", "Progress", "Script", "Spec", "Stall", "StatementLatency", "Summary",
-    "bin_log", "build_argv", "check_capacity", "client_ends", "failed_mask", "find_stalls", "latency_figures",
+    "bin_log", "build_argv", "check_capacity", "client_counts", "client_ends", "failed_mask", "find_stalls", "latency_figures",
     "log_frame", "log_start", "window_figures",
     "parse_errors", "parse_options", "parse_progress", "parse_summary", "percentile", "split_options",
 ]

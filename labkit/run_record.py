@@ -42,6 +42,7 @@ class Outputs:
     probe_costs: list[dict] = field(default_factory=list)  # each probe's interval, samples and time spent
     cpus: float = 0.0  # the cores this machine (or container) gives the run
     started_epoch: float | None = None  # Unix time pgbench was started (the probes' clock zero)
+    progress_arrivals: list[float] = field(default_factory=list)  # Unix time each progress line came
 
 
 def record(spec: pgbench.Spec, context: Context, outputs: Outputs) -> Run:
@@ -51,12 +52,13 @@ def record(spec: pgbench.Spec, context: Context, outputs: Outputs) -> Run:
     points = [vars(p) for p in outputs.progress]
     log = outputs.transaction_log
     rate = spec.sampling_rate or 1.0
-    connected_s = (summary.initial_connection_ms or 0) / 1000
-    first = pgbench.log_start(log) if log is not None else None
-    # pgbench's zero, as a Unix time: its first transaction began once every client had connected.
-    zero = None if first is None else first - connected_s
+    zero, connected_s = _zero(spec, summary, outputs)
     offset = _probe_offset(zero, outputs)
-    ends = pgbench.client_ends(log, zero) if zero is not None else {}
+    # each client's last transaction: known only from a log of every transaction
+    ends = pgbench.client_ends(log, zero) if zero is not None and log is not None and rate == 1 else {}
+    if ends and spec.transactions:  # a -t run's steady phase ends when a client that did all its work ends
+        done = pgbench.client_counts(log)
+        ends = {client: end for client, end in ends.items() if done.get(client, 0) >= spec.transactions}
     known_ends = ([points[-1]["t"]] if points else []) + ([max(ends.values())] if ends else [])
     end_s = max(known_ends) if known_ends else max(0.0, outputs.wall_s - offset)
     jobs = _jobs(context.argv, spec)
@@ -107,6 +109,29 @@ def _jobs(argv: tuple[str, ...], spec: pgbench.Spec) -> int:
         with contextlib.suppress(ValueError):
             return int(argv[argv.index("-j") + 1])
     return spec.jobs or 1
+
+
+def _zero(spec: pgbench.Spec, summary: pgbench.Summary, outputs: Outputs) -> tuple[float | None, float]:
+    """The run's time zero (pgbench's) as a Unix time (None: unknown), and when its clients had all connected.
+
+    Progress lines carry pgbench's own clock (seconds since zero): the line that came soonest
+    after it was written gives zero best (stderr is unbuffered; a line can only come late).
+    Without progress lines (a run shorter than a second), zero comes from the transaction log:
+    its first transaction began once every client had connected, which holds only for a log of
+    every transaction of a run without ``-R`` (whose latencies count from the schedule).
+    """
+    connected = summary.initial_connection_ms / 1000 if summary.initial_connection_ms is not None else None
+    log = outputs.transaction_log
+    exact_log = log is not None and not log.empty and (spec.sampling_rate or 1.0) == 1 and spec.rate is None
+    first = pgbench.log_start(log) if exact_log else None
+    zero = None
+    if outputs.progress and len(outputs.progress_arrivals) == len(outputs.progress):
+        zero = min(arrived - point.t for point, arrived in zip(outputs.progress, outputs.progress_arrivals))
+    elif first is not None and connected is not None:
+        zero = first - connected
+    if connected is None:  # no summary (an interrupted run): from the log, where it can tell
+        connected = max(0.0, first - zero) if first is not None and zero is not None else 0.0
+    return zero, connected
 
 
 def _probe_offset(zero: float | None, outputs: Outputs) -> float:

@@ -291,6 +291,7 @@ class PgbenchRunner:
         outputs = run_record.Outputs(stdout=reader.stdout() if reader else "",
                                      stderr="\n".join(reader.other_lines) if reader else "",
                                      progress=reader.progress if reader else [],
+                                     progress_arrivals=reader.arrivals if reader else [],
                                      wall_s=wall_s, transaction_log=_read_logs(workdir / "tx"), samples=samples,
                                      probe_errors=sampler.errors, interrupted=interrupted,
                                      exit_code=process.returncode, probe_costs=sampler.costs(),
@@ -372,7 +373,8 @@ class _OutputReader:
 
     def __init__(self, process: subprocess.Popen):
         self.process = process
-        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.lines: queue.Queue[tuple[str, float] | None] = queue.Queue()  # a line and when it came (Unix time)
+        self.arrivals: list[float] = []  # when each progress line came: pgbench's clock read against ours
         self._stdout: list[str] = []
         self.progress: list[pgbench.Progress] = []
         self.other_lines: list[str] = []
@@ -388,21 +390,23 @@ class _OutputReader:
     def _read_stderr(self) -> None:
         assert self.process.stderr is not None  # opened with stderr=PIPE
         for raw in iter(self.process.stderr.readline, b""):
-            self.lines.put(raw.decode(ENCODING, errors="replace").rstrip("\r\n"))
+            self.lines.put((raw.decode(ENCODING, errors="replace").rstrip("\r\n"), time.time()))
         self.lines.put(None)
 
     def follow(self, observer: Observer | None, sampler: Sampler) -> None:
         """Hand progress to ``observer`` until pgbench closes its error output."""
         while True:
             try:
-                line = self.lines.get(timeout=0.2)
+                item = self.lines.get(timeout=0.2)
             except queue.Empty:
-                line = ""
-            if line is None:
+                item = ("", 0.0)
+            if item is None:
                 break
+            line, arrived = item
             point = pgbench.parse_progress(line) if line else None
             if point is not None:
                 self.progress.append(point)
+                self.arrivals.append(arrived)
                 if observer is not None:
                     observer.progress(point, line)
             elif line:
@@ -414,12 +418,16 @@ class _OutputReader:
     def _drain_rest(self) -> None:
         while True:
             try:
-                line = self.lines.get_nowait()
+                item = self.lines.get_nowait()
             except queue.Empty:
                 return
-            if line:
-                point = pgbench.parse_progress(line)
-                (self.progress.append(point) if point else self.other_lines.append(line))
+            if item and item[0]:
+                point = pgbench.parse_progress(item[0])
+                if point:
+                    self.progress.append(point)
+                    self.arrivals.append(item[1])
+                else:
+                    self.other_lines.append(item[0])
 
     def stdout(self) -> str:
         return "".join(self._stdout)

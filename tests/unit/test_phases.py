@@ -116,3 +116,51 @@ def test_a_probe_that_read_only_zeros_says_what_it_cannot_see():
     figure = charts.timeline(run)
     assert [a.text.replace("<br>", " ") for a in figure.layout.annotations if a.name == "probe note"] == [
         notes["waiting"]]
+
+
+def _arrivals(stem: str, connected_s: float, delay_s: float = 0.002) -> tuple[list, list[float], float]:
+    """The recorded progress lines, and when each would have come: pgbench's zero + its t + a little delay."""
+    stderr = (DATA / f"{stem}.stderr").read_text(encoding="utf-8")
+    progress = [point for point in map(pgbench.parse_progress, stderr.splitlines()) if point]
+    zero = pgbench.log_start(pgbench.log_frame(DATA / f"{stem}.txlog")) - connected_s
+    return progress, [zero + point.t + delay_s * (1 + index) for index, point in enumerate(progress)], zero
+
+
+def test_an_interrupted_run_without_its_summary_keeps_its_clock_from_the_progress_lines():
+    """pgbench prints no summary when it is interrupted: zero from the progress lines, connection from the log."""
+    progress, arrivals, zero = _arrivals("pgbench18_slow_connect", 2.213497)
+    outputs = run_record.Outputs(stdout="", stderr="", progress=progress, wall_s=4.099, progress_arrivals=arrivals,
+                                 transaction_log=pgbench.log_frame(DATA / "pgbench18_slow_connect.txlog"),
+                                 started_epoch=zero - 0.016, interrupted=True)
+    run = run_record.record(pgbench.parse_options("-c 140 -j 1 -T 4 --name cut", script="select 1;"), CONTEXT, outputs)
+    assert abs(run.phases["connected_s"] - 2.213) < 0.01
+    assert (run.phases["steady_from_s"], run.phases["steady_to_s"]) == (3.0, 4.0)
+    assert 2600 < run.tps < 2900  # not the 560 a clock shifted by the connection time gave
+
+
+def test_a_sampled_log_gives_no_count_of_clients_in_the_tail():
+    """A sampled log cannot say which clients were still running, nor when the first one ended."""
+    progress, arrivals, zero = _arrivals("pgbench18_tail", 0.024524)
+    full = pgbench.log_frame(DATA / "pgbench18_tail.txlog")
+    outputs = run_record.Outputs(stdout=(DATA / "pgbench18_tail.stdout").read_text(encoding="utf-8"), stderr="",
+                                 progress=progress, wall_s=5.036, progress_arrivals=arrivals,
+                                 transaction_log=full.iloc[::20].reset_index(drop=True), started_epoch=zero - 0.012)
+    spec = pgbench.parse_options("-c 8 -j 2 -T 3 --sampling-rate 0.05 --name tail", script="select 1;")
+    run = run_record.record(spec, CONTEXT, outputs)
+    assert run.phases["clients_after"] is None and run.phases["steady_to_s"] == 3.0
+    assert "still running" not in run.phases_sentence()
+
+
+def test_a_rate_limited_run_takes_its_zero_from_the_progress_lines_not_the_log():
+    """With -R a logged latency counts from the transaction's schedule, not from when it began."""
+    progress, arrivals, zero = _arrivals("pgbench18_tail", 0.024524)
+    log = pgbench.log_frame(DATA / "pgbench18_tail.txlog")
+    log["latency_ms"] = log["latency_ms"] + 250  # each transaction scheduled 250 ms before it began
+    outputs = run_record.Outputs(stdout=(DATA / "pgbench18_tail.stdout").read_text(encoding="utf-8"), stderr="",
+                                 progress=progress, wall_s=5.036, progress_arrivals=arrivals, transaction_log=log,
+                                 started_epoch=zero - 0.012)
+    run = run_record.record(pgbench.parse_options("-c 8 -j 2 -T 3 -R 500 --name rated", script="select 1;"),
+                            CONTEXT, outputs)
+    # zero from the progress lines (2 ms late): the fine bins start there, not 250 ms early as the log says
+    assert run.phases["connected_s"] == 0.025 and run.phases["steady_from_s"] == 1.0
+    assert run.fine[0]["t"] == 0.1 and run.fine[0]["tps"] > 0  # the log's zero, 250 ms early, left 0.1-0.3 s empty
