@@ -23,6 +23,7 @@ from . import style
 from .pgbench import Progress, find_stalls
 from .probes import CPU, HELD_BY, WORK, rate
 from .records import Run
+from .records import order as records_order
 
 STALL_COLOR = style.STALL_COLOR
 TPS_NAME = "tps per second"  # the browser test finds the live chart's tps by this name
@@ -738,7 +739,7 @@ def sweep(runs: list[Run], *, title: str | None = None):
     """
     go, _ = _go()
     points: dict[str, dict[int, list[Run]]] = {}
-    for run in sorted(runs, key=lambda r: r.started_at):
+    for run in sorted(runs, key=records_order):
         by_clients = points.setdefault(run.extra.get("method", run.name), {})
         kept = by_clients.get(run.clients)
         if kept and run.series and kept[-1].series == run.series:

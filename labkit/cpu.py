@@ -18,7 +18,7 @@ import psycopg
 
 from . import db
 from .probes import CPU, _Schedule
-from .profiles import _read_first, cgroup_folders, machine_size
+from .profiles import _read_first, limiting_cgroup, machine_size
 from .queries import query
 
 # pgbench is "busy" from this share of a core per thread; the machine is "full" when the
@@ -50,9 +50,9 @@ def _reaped(process: psutil.Process) -> float:
 
 
 def _container_used() -> float | None:
-    """CPU seconds this container has used (cgroup v2's cpu.stat); None outside a container's limit."""
-    folders = cgroup_folders()
-    stat = (_read_first([str(folders[0] / "cpu.stat")]) if folders else None) or ""  # this process's own cgroup
+    """CPU seconds used under this process's CPU limit (cgroup v2's cpu.stat of the folder that sets it)."""
+    folder = limiting_cgroup()
+    stat = (_read_first([str(folder / "cpu.stat")]) if folder is not None else None) or ""
     usage = [line.split()[1] for line in stat.splitlines() if line.startswith("usage_usec ")]
     return int(usage[0]) / 1e6 if usage and usage[0].isdigit() else None
 
@@ -133,13 +133,16 @@ class CpuSchedule(_Schedule):
             idle = max(0.0, clock - self._last[1]) / wall
         row: dict = {"t": t, "pgbench": None if used is None else round(used / wall, 3),
                      "backends": None, "server_other": None, "idle": round(idle, 3)}
+        # Processes gone since the last sample are forgotten first, so that what was counted of them while
+        # they ran is owed before the postmaster's reaped time (their whole life) is credited.
+        processes = self._server_processes() if self.connection is not None else []
         exited = self._reaped_since(reaped - self._last[2])
         self._last = (now, clock, reaped)
         if self.connection is not None:
             run_pids = {pid for (pid,) in self.connection.execute(query("run_backends_pids"),
                                                                   {"application_name": self.application_name})}
             backends, other = exited, 0.0  # backends that exited since the last sample were (nearly all) the run's
-            for process in self._server_processes():
+            for process in processes:
                 spent = self._delta(process) or 0.0
                 if process.pid in run_pids:
                     backends += spent
@@ -187,7 +190,7 @@ class CpuSchedule(_Schedule):
 def figures(rows: list[dict], threads: int, cpus: float) -> dict:
     """The run's CPU in a few numbers (means over its seconds, in cores) and, when it applies, the warning.
 
-    >>> figures([{"t": 1, "pgbench": 0.95, "backends": 0.9, "server_other": 0.05, "idle": 0.1}], 1, 2)["warning"][:58]
+    >>> figures([{"t": t, "pgbench": 0.95, "backends": 0.9, "server_other": 0.05, "idle": 0.1} for t in (1, 2)], 1, 2)["warning"][:58]
     'Held back by the client: pgbench kept 95% of a core busy p'
     >>> figures([{"t": 1, "pgbench": 0.2, "backends": 0.5, "server_other": 0.0, "idle": 3.0}], 2, 4)["warning"] is None
     True
@@ -201,39 +204,77 @@ def figures(rows: list[dict], threads: int, cpus: float) -> dict:
         return round(sum(values) / len(values), 3) if values else None
 
     result: dict = {"pgbench": mean("pgbench"), "backends": mean("backends"), "server_other": mean("server_other"),
-                    "idle": mean("idle"), "cpus": cpus, "threads": threads}
+                    "idle": mean("idle"), "cpus": cpus, "threads": threads, "seconds": len(seconds)}
     result["pgbench_per_thread"] = round((result["pgbench"] or 0.0) / max(1, threads), 3)
     result["warning"] = warning(result)
     return result
 
 
+def findings(cpu: dict) -> dict[str, dict]:
+    """What the CPU split of one run says held it back, as numbers: ``client``, ``others`` or ``no_cpu``.
+
+    Only from two or more measured seconds; and where the server's own CPU was not measured (a
+    server labkit did not start here), nothing is said of other processes or the machine's CPU.
+
+    >>> sorted(findings({"pgbench": 0.9, "backends": 1.0, "server_other": 0.05, "idle": 0.05, "cpus": 2,
+    ...                  "threads": 1, "pgbench_per_thread": 0.9, "seconds": 3}))
+    ['client', 'no_cpu']
+    """
+    if (cpu.get("seconds") or 0) < 2:
+        return {}
+    found: dict[str, dict] = {}
+    pgbench = cpu.get("pgbench") or 0.0
+    if (cpu.get("pgbench_per_thread") or 0.0) >= BUSY_THREAD:
+        found["client"] = {"per_thread": cpu["pgbench_per_thread"], "threads": cpu.get("threads") or 1}
+    if cpu.get("backends") is None:
+        return found  # the server's CPU is unknown: what else the machine did cannot be told apart from it
+    server = (cpu.get("backends") or 0.0) + (cpu.get("server_other") or 0.0)
+    cpus, idle = cpu.get("cpus") or 0.0, cpu.get("idle")
+    others = max(0.0, cpus - idle - pgbench - server) if idle is not None else 0.0
+    if cpus and others >= OTHERS_SHARE * cpus:
+        found["others"] = {"others": others, "cpus": cpus, "pgbench": pgbench, "server": server}
+    elif cpus and ((idle is not None and idle < IDLE_CORES) or pgbench + server >= FULL_MACHINE * cpus):
+        found["no_cpu"] = {"cpus": cpus, "pgbench": pgbench, "server": server}
+    return found
+
+
+def sentence(kind: str, values: list[dict], name: str, runs: int) -> str:
+    """One sentence for a finding of ``kind`` in ``len(values)`` of ``runs`` runs named ``name`` (ranges when several).
+
+    >>> sentence("client", [{"per_thread": 0.85, "threads": 1}, {"per_thread": 0.93, "threads": 1}], "hash", 3)
+    'the client: pgbench kept 85–93% of a core busy per thread (1 thread) in 2 of 3 hash runs'
+    """
+    def span(key: str, form: str) -> str:
+        low, high = min(v[key] for v in values), max(v[key] for v in values)
+        shown_low, shown_high = format(low, form), format(high, form)
+        return shown_low if shown_low == shown_high else f"{shown_low}–{shown_high}"
+
+    where = f"in {name}" if runs == 1 else f"in {len(values)} of {runs} {name} runs"
+    if kind == "client":
+        threads = values[0]["threads"]
+        return (f"the client: pgbench kept {span('per_thread', '.0%').replace('%–', '–')} of a core busy per thread "
+                f"({threads} thread{'s' * (threads > 1)}) {where}")
+    cpus = values[0]["cpus"]
+    if kind == "others":
+        return (f"other processes on this machine used {span('others', '.1f')} of its {cpus:g} cores {where} "
+                f"(pgbench {span('pgbench', '.1f')}, the server {span('server', '.1f')})")
+    return (f"the CPU: the server ({span('server', '.1f')} cores) and pgbench ({span('pgbench', '.1f')}) used all "
+            f"{cpus:g} core{'s' * (cpus != 1)} {where}")
+
+
 def limits(cpu: dict, name: str = "the run") -> list[str]:
-    """What the CPU split says held a run back: the client, other processes on the machine, or no CPU left.
+    """What the CPU split says held one run back, in sentences: the client, other processes, or no CPU left.
 
     A machine kept busy by other processes is said as such: it is never read as a client limit.
 
     >>> limits({"pgbench": 0.1, "backends": 0.3, "server_other": 0.1, "idle": 0.0, "cpus": 2, "threads": 1,
-    ...         "pgbench_per_thread": 0.1})
-    ['other processes on this machine used 1.5 of its 2 cores (the run: pgbench 0.1, the server 0.4)']
+    ...         "pgbench_per_thread": 0.1, "seconds": 4})
+    ['other processes on this machine used 1.5 of its 2 cores in the run (pgbench 0.1, the server 0.4)']
     >>> limits({"pgbench": 0.9, "backends": 1.0, "server_other": 0.05, "idle": 0.05, "cpus": 2, "threads": 1,
-    ...         "pgbench_per_thread": 0.9})
+    ...         "pgbench_per_thread": 0.9, "seconds": 4})
     ['the client: pgbench kept 90% of a core busy per thread (1 thread) in the run', 'the CPU: the server (1.1 cores) and pgbench (0.9) used all 2 cores in the run']
     """
-    found = []
-    pgbench, server = cpu.get("pgbench") or 0.0, (cpu.get("backends") or 0.0) + (cpu.get("server_other") or 0.0)
-    cpus, idle = cpu.get("cpus") or 0.0, cpu.get("idle")
-    others = max(0.0, cpus - idle - pgbench - server) if idle is not None else 0.0
-    if (cpu.get("pgbench_per_thread") or 0.0) >= BUSY_THREAD:
-        threads = cpu.get("threads") or 1
-        found.append(f"the client: pgbench kept {cpu['pgbench_per_thread']:.0%} of a core busy per thread "
-                     f"({threads} thread{'s' * (threads > 1)}) in {name}")
-    if cpus and others >= OTHERS_SHARE * cpus:
-        found.append(f"other processes on this machine used {others:.1f} of its {cpus:g} cores ({name}: "
-                     f"pgbench {pgbench:.1f}, the server {server:.1f})")
-    elif cpus and ((idle is not None and idle < IDLE_CORES) or pgbench + server >= FULL_MACHINE * cpus):
-        found.append(f"the CPU: the server ({server:.1f} cores) and pgbench ({pgbench:.1f}) used all {cpus:g} "
-                     f"core{'s' * (cpus != 1)} in {name}")
-    return found
+    return [sentence(kind, [values], name, 1) for kind, values in findings(cpu).items()]
 
 
 def warning(cpu: dict) -> str | None:

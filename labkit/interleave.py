@@ -348,7 +348,7 @@ def format_table(names: list[str], rows: list[list[str | None]]) -> str:
     (1 row)
     <BLANKLINE>
     >>> format_table(["ok"], [["t"], [None]]).splitlines()
-    ['ok', '--', 't ', '  ', '(2 rows)']
+    ['ok', '--', 't ', '  ', '(2 rows)', '']
     """
     count = len(names)
     numeric = [True] * count

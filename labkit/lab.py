@@ -258,7 +258,8 @@ class Lab:
 
         ``repeats`` runs it that many times, one after another (``setup`` before each), and returns
         the :class:`~labkit.records.Repeats`: the runs kept together in the records, so that
-        comparisons show their spread (``lab.verdict``). ``P.repeats`` is the profile's default.
+        comparisons show their spread (``lab.verdict``). Without it a run is run once; a lab passes its
+        profile's number for its key comparisons (``repeats=P.repeats``: 2 under ci, 3 under laptop).
         ``after`` is called as ``after(run)`` once each run is recorded (e.g. to note a check in it).
 
         ``options`` takes any pgbench option as on the command line (e.g. ``"-c 8 -T 30 -D n=5"``); a

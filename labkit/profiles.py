@@ -150,6 +150,20 @@ def machine_size(root: Path | None = None, membership: str | None = None) -> tup
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
+def limiting_cgroup(root: Path | None = None, membership: str | None = None) -> Path | None:
+    """The cgroup v2 folder whose cpu.max limits this process most (None: no limit, or no cgroup v2).
+
+    Its cpu.stat counts what everything under that limit used (another student's processes in a
+    shared slice too), which is what the limit leaves idle.
+    """
+    best: tuple[float, Path] | None = None
+    for folder in cgroup_folders(root or CGROUP_ROOT, membership):
+        quota = (_read_first([str(folder / "cpu.max")]) or "max").split()
+        if quota[0] != "max" and len(quota) > 1 and (best is None or int(quota[0]) / int(quota[1]) < best[0]):
+            best = (int(quota[0]) / int(quota[1]), folder)
+    return best[1] if best else None
+
+
 def cgroup_folders(root: Path = CGROUP_ROOT, membership: str | None = None) -> list[Path]:
     """This process's cgroup v2 folder and those above it, innermost first ([] without cgroup v2).
 

@@ -244,7 +244,8 @@ def slug(text: str) -> str:
 
 
 def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
+    """Now, to the microsecond: two runs started in one second still sort in the order they ran."""
+    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def list_runs(directory: Path | None = None, *, notebook: str | None = None, name: str | None = None) -> list[Run]:
@@ -263,8 +264,22 @@ def list_runs(directory: Path | None = None, *, notebook: str | None = None, nam
         if name and run.name != name:
             continue
         runs.append(run)
-    runs.sort(key=lambda run: run.started_at)
+    runs.sort(key=order)
     return runs
+
+
+def order(run: Run) -> tuple[datetime, int]:
+    """When a run started (records written before microseconds count from their second), then its repeat.
+
+    >>> a, b = Run("r", "nb", "ci", "2026-11-26T10:00:00+00:00"), Run("r", "nb", "ci", "2026-11-26T10:00:00.000001+00:00")
+    >>> order(a) < order(b)
+    True
+    """
+    try:
+        started = datetime.fromisoformat(run.started_at)
+    except ValueError:
+        started = datetime.min.replace(tzinfo=UTC)
+    return started, run.repeat or 0
 
 
 def latest(runs: list[Run]) -> dict[str, Run]:

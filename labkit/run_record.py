@@ -276,28 +276,29 @@ def no_progress(run: Run) -> str | None:
 
 
 def work_figures(before: float, after: float, run: Run) -> dict:
-    """Goodput beside tps: work per second and the share of useful transactions, over the steady phase.
+    """Goodput beside tps: work per second over the steady phase, and the share of useful transactions.
 
     ``before`` and ``after`` are the work counter just before pgbench started and once it ended;
     the work probe's samples (one a second) give the counter in between, read at the steady
     phase's two ends (linearly between samples). Where they cannot (no samples, an older
-    record), the whole run on pgbench's own clock: its transactions over its tps.
+    record), the whole run on pgbench's own clock: its transactions over its tps. ``useful`` is
+    work over transactions for the whole run: both are exact counts there.
 
     >>> run = Run("r", "nb", "ci", "now", tps=200.0, transactions=1000, duration_s=4,
     ...           phases={"connected_s": 0.1, "steady_from_s": 1.0, "steady_to_s": 4.0, "end_s": 4.2},
     ...           steady={"transactions": 600}, probes={"work": [{"t": 1.0, "work": 110}, {"t": 2.0, "work": 130},
     ...                                                         {"t": 3.0, "work": 150}, {"t": 4.0, "work": 170}]})
     >>> work_figures(100, 174, run)
-    {'work': 74, 'goodput': 20.0, 'useful': 0.1, 'goodput_basis': 'steady phase'}
+    {'work': 74, 'useful': 0.074, 'goodput': 20.0, 'goodput_basis': 'steady phase'}
     """
     done = after - before
     figures: dict = {"work": int(done) if float(done).is_integer() else done}
+    if run.transactions:  # a share of counts, exact over the whole run (the samples' timing would blur it)
+        figures["useful"] = round(done / run.transactions, 4)
     steady = _steady_work(before, after, run)
     if steady is not None:
         work, seconds = steady
         figures["goodput"] = round(work / seconds, 1)
-        if run.steady.get("transactions"):
-            figures["useful"] = round(work / run.steady["transactions"], 4)
         figures["goodput_basis"] = "steady phase"
         return figures
     whole_tps = run.whole.get("tps", run.tps) if run.whole else run.tps
@@ -307,8 +308,6 @@ def work_figures(before: float, after: float, run: Run) -> dict:
         seconds = run.duration_s or run.wall_s or 0
     if seconds:
         figures["goodput"] = round(done / seconds, 1)
-    if run.transactions:
-        figures["useful"] = round(done / run.transactions, 4)
     figures["goodput_basis"] = "whole run"
     return figures
 

@@ -159,15 +159,29 @@ class Session:
         self.connection = db.connect(self._registry.conninfo(), db.session_name(self.name))
         self.pid = self.connection.info.backend_pid
         self._owed = {}
-        self._set({**self.timeouts, "idle_in_transaction_session_timeout": IDLE_IN_TRANSACTION_TIMEOUT})
+        try:
+            self._set({**self.timeouts, "idle_in_transaction_session_timeout": IDLE_IN_TRANSACTION_TIMEOUT})
+        except psycopg.Error as error:
+            self.connection.close()
+            raise UsageError(f"{self.name}: {db.message(error)}.") from None
 
     def _set(self, settings: dict[str, str], *, local: bool = False) -> None:
-        """Set these settings for the session (``local``: until the transaction ends)."""
-        for name, value in settings.items():
-            self.connection.execute("select set_config(%s, %s, %s)", (name, value, local))
+        """Set these settings for the session (``local``: until the transaction ends), all or none of them.
+
+        One statement: a value the server refuses leaves every setting as it was.
+        """
+        if not settings:
+            return
+        calls = ", ".join("set_config(%s, %s, %s)" for _ in settings)
+        params = [item for name, value in settings.items() for item in (name, value, local)]
+        self.connection.execute(f"select {calls}", params)
 
     def _current(self, names) -> dict[str, str]:
-        return {name: db.one(self.connection, "select current_setting(%(name)s)", {"name": name}) for name in names}
+        names = list(names)
+        if not names:
+            return {}
+        row = self.connection.execute("select " + ", ".join("current_setting(%s)" for _ in names), names).fetchone()
+        return dict(zip(names, row or ()))
 
     @property
     def _status(self) -> TransactionStatus:

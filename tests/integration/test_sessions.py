@@ -117,3 +117,18 @@ def test_a_sessions_own_timeout_outlives_the_transaction_it_was_set_in(lab):
     assert lab.sql("show lock_timeout", session="D1").iloc[0, 0] == "2s"
     with pytest.raises(UsageError, match=r"^D1: invalid value for parameter \"lock_timeout\""):
         lab.session("D1", lock_timeout="soon")
+
+
+def test_a_cell_whose_second_timeout_is_refused_leaves_the_first_unset(lab):
+    session = lab.session("half-set")
+    outcome = session.run("select 1", timeouts={"lock_timeout": "2s", "statement_timeout": "10y"})
+    assert "invalid value" in outcome.error  # the server's own words, for the cell
+    shown = session.run("select current_setting('lock_timeout') as l, current_setting('statement_timeout') as s")
+    assert (shown.frame.iloc[0]["l"], shown.frame.iloc[0]["s"]) == ("5min", "10min")
+
+
+def test_a_new_session_with_a_bad_timeout_is_one_line(lab):
+    from labkit.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"T9: invalid value for parameter \"lock_timeout\""):
+        lab.session("T9", lock_timeout="soon")

@@ -23,7 +23,9 @@ def test_the_tightest_limit_on_the_way_up_holds(tmp_path):
     folders = profiles.cgroup_folders(tmp_path, "0::/class.slice/student-7.scope\n")
     assert folders == [own, own.parent, tmp_path]
     cpus, memory = profiles.machine_size(tmp_path, "0::/class.slice/student-7.scope\n")
-    assert cpus == min(1.5, cpus) and cpus <= 1.5 and memory == 2 * 2**30
+    import os
+    available = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert cpus == min(1.5, available) and memory == 2 * 2**30
 
 
 def test_inside_a_namespace_the_mount_is_the_process_own_cgroup(tmp_path):
@@ -35,3 +37,11 @@ def test_inside_a_namespace_the_mount_is_the_process_own_cgroup(tmp_path):
 
 def test_cgroup_v1_or_no_cgroups_has_no_folders(tmp_path):
     assert profiles.cgroup_folders(tmp_path, "0::/\n") == []
+
+
+def test_the_usage_under_a_limit_is_read_where_the_limit_is_set(tmp_path):
+    own = _tree(tmp_path)
+    assert profiles.limiting_cgroup(tmp_path, "0::/class.slice/student-7.scope\n") == own.parent
+    (own / "cpu.max").write_text("50000 100000", encoding="utf-8")  # now the scope's own half CPU is tighter
+    assert profiles.limiting_cgroup(tmp_path, "0::/class.slice/student-7.scope\n") == own
+    assert profiles.limiting_cgroup(tmp_path, "0::/\n") is None  # the root sets no limit

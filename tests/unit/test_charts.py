@@ -303,16 +303,22 @@ def test_the_cpu_panel_and_its_warning():
 def test_a_machine_with_no_idle_cpu_is_said():
     from labkit import cpu
 
-    split = cpu.figures([{"t": 1, "pgbench": 0.4, "backends": 0.55, "server_other": 0.05, "idle": 0.0}], 2, 1.0)
+    rows = [{"t": t, "pgbench": 0.4, "backends": 0.55, "server_other": 0.05, "idle": 0.0} for t in (1, 2)]
+    split = cpu.figures(rows, 2, 1.0)
     assert split["warning"] == ("Held back by the CPU: the server (0.6 cores) and pgbench (0.4) used all 1 core in "
                                 "the run: the tps is not the server's alone.")
+    assert cpu.figures(rows[:1], 2, 1.0)["warning"] is None  # one second says nothing
 
 
 def test_a_machine_kept_busy_by_other_processes_is_never_read_as_the_client_limit():
     """Lab 00 under ci on a busy machine: pgbench 0.1 cores, the server 0.4, nothing idle, of 2."""
     from labkit import cpu
 
-    split = cpu.figures([{"t": 1, "pgbench": 0.1, "backends": 0.35, "server_other": 0.05, "idle": 0.0}], 1, 2.0)
-    assert split["warning"] == ("Held back by other processes on this machine used 1.5 of its 2 cores (the run: "
-                                "pgbench 0.1, the server 0.4): the tps is not the server's alone.")
+    rows = [{"t": t, "pgbench": 0.1, "backends": 0.35, "server_other": 0.05, "idle": 0.0} for t in (1, 2, 3)]
+    split = cpu.figures(rows, 1, 2.0)
+    assert split["warning"] == ("Held back by other processes on this machine used 1.5 of its 2 cores in the run "
+                                "(pgbench 0.1, the server 0.4): the tps is not the server's alone.")
     assert "client" not in split["warning"]
+    # a server labkit did not start here (docker, LABKIT_DSN): its CPU is unknown, so nothing is said of the rest
+    unknown = cpu.figures([{**row, "backends": None, "server_other": None} for row in rows], 1, 2.0)
+    assert unknown["warning"] is None

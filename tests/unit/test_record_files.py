@@ -40,3 +40,19 @@ def test_an_existing_results_folder_keeps_its_permissions_and_a_new_one_is_priva
     path = _run("select 1;").save(made)
     assert stat.S_IMODE(made.stat().st_mode) == 0o700 and stat.S_IMODE(path.stat().st_mode) == 0o600
     assert os.access(path, os.R_OK)
+
+
+def test_runs_saved_in_one_second_list_in_the_order_they_ran(tmp_path):
+    """The file names sort stem-2 before stem (and -10 before -2): the listing must not follow them."""
+    names = []
+    for number in range(1, 12):
+        run = records.Run("rep", "nb", "ci", records.now_iso(), repeat=number, repeats=11, series="rep@now")
+        run.started_at = run.started_at[:19] + f".{number:06d}+00:00"  # one second, eleven runs
+        run.save(tmp_path)
+        names.append(run.repeat)
+    listed = records.list_runs(tmp_path)
+    assert [run.repeat for run in listed] == names
+    assert records.latest(listed)["rep"].repeat == 11 and records.latest_groups(listed)["rep"].last.repeat == 11
+    old_style = records.Run("old", "nb", "ci", "2026-11-26T10:00:00+00:00")
+    old_style.save(tmp_path)
+    assert [run.name for run in records.list_runs(tmp_path)][0] == "old"  # written at 10:00, before them

@@ -160,14 +160,19 @@ def test_article_figures_and_ratios():
         article.figures("nope")
 
 
-def test_machine_size_reads_the_container_limits(monkeypatch):
+def test_machine_size_reads_the_container_limits(monkeypatch, tmp_path):
+    """A container with its own cgroup namespace: the mount's root is its cgroup, and holds its limits."""
     from labkit import profiles
 
-    files = {"/sys/fs/cgroup/cpu.max": "50000 100000", "/sys/fs/cgroup/memory.max": str(2 * 2**30)}
-    monkeypatch.setattr(profiles, "_read_first", lambda paths: next((files[p] for p in paths if p in files), None))
+    (tmp_path / "cgroup.controllers").write_text("cpu memory", encoding="utf-8")
+    (tmp_path / "cpu.max").write_text("50000 100000", encoding="utf-8")
+    (tmp_path / "memory.max").write_text(str(2 * 2**30), encoding="utf-8")
+    monkeypatch.setattr(profiles, "CGROUP_ROOT", tmp_path)
+    monkeypatch.setattr(profiles, "cgroup_folders", lambda root=tmp_path, membership=None: [tmp_path])
     cpus, memory = profiles.machine_size()
     assert cpus == 0.5 and memory == 2 * 2**30
     assert "0.5 CPUs and 2.0 GiB: the 'ci' profile fits best" in profiles.advise()
-    files.update({"/sys/fs/cgroup/cpu.max": "max 100000", "/sys/fs/cgroup/memory.max": "max"})
+    (tmp_path / "cpu.max").write_text("max 100000", encoding="utf-8")
+    (tmp_path / "memory.max").write_text("max", encoding="utf-8")
     cpus, memory = profiles.machine_size()
     assert cpus >= 1 and memory > 2 * 2**30

@@ -48,17 +48,17 @@ def test_one_run_each_uses_its_seconds_and_says_so():
 
 def test_a_client_bound_run_says_so():
     cpu = {"pgbench": 0.93, "backends": 0.6, "server_other": 0.02, "idle": 0.45, "cpus": 2, "threads": 1,
-           "pgbench_per_thread": 0.93}
+           "pgbench_per_thread": 0.93, "seconds": 4}
     waits = [{"t": 1.5, "wait": "Client: ClientRead", "backends": 6}, {"t": 1.5, "wait": "CPU", "backends": 2}]
     phases = {"connected_s": 0.0, "steady_from_s": 1.0, "steady_to_s": 3.0, "end_s": 3.0}
     a = runs("hash", 100, 101, extra={"cpu": cpu}, probes={"waits": waits}, phases=phases)
     b = runs("btree", 140, 141)
     found = verdict.compare(a, b)
     assert found.stands is True
-    assert "What held the runs back: the client: pgbench kept 93% of a core busy per thread (1 thread) in hash" \
-           in found.sentence
-    assert "the client: its backends waited for pgbench's next statement (75% of hash's clients on average)" \
-           in found.limits
+    assert ("What held the runs back: the client: pgbench kept 93% of a core busy per thread (1 thread) in 2 of 2 "
+            "hash runs; the client: its backends waited for pgbench's next statement (75% of the clients, in 2 of 2 "
+            "hash runs, on average).") in found.sentence
+    assert found.sentence.count("hash runs") == 2  # each kind once for the name, not once per repeat
 
 
 def test_a_missing_figure_is_said_not_guessed():
@@ -77,3 +77,36 @@ def test_the_newest_repeats_of_each_name_are_kept_together():
     assert [run.tps for run in groups["plain"]] == [100, 110, 90]
     assert groups["plain"].spread("tps") == (90, 110) and groups["plain"].tps == 100.0
     assert len(groups["skip"]) == 1
+
+
+def test_one_run_with_no_spread_never_stands():
+    one = [Run("plain", "nb", "ci", "now", tps=100.0, latency_ms={"p99": 10.0})]
+    other = [Run("skip", "nb", "ci", "now", tps=103.0, latency_ms={"p99": 10.2})]
+    found = verdict.compare(one, other, metric="lat_p99_ms")
+    assert found.stands is False and found.basis == "unknown"
+    assert "its spread is unknown, so this says nothing sure: repeat the runs" in found.sentence
+    # repeats on one side and one run with no per-second lines on the other: still unknown
+    assert verdict.compare(runs("plain", 100, 101), other).stands is False
+
+
+def test_a_group_that_did_no_work_gets_no_ratio_and_is_named():
+    found = verdict.compare(runs("plain", 0, 0), runs("skip", 100, 110))
+    assert found.ratio is None and found.stands is False
+    assert found.sentence == "skip / plain, tps: no ratio: plain's tps is 0 (it completed no work to compare with)."
+
+
+def test_two_runs_each_need_a_wider_gap_than_three():
+    """Under pure noise, ranges that miss each other by a little are common with two runs each."""
+    two = verdict.compare(runs("a", 100, 110), runs("b", 121, 130))  # apart, means 105 and 125.5: 2x range is 20
+    assert two.stands is True
+    close = verdict.compare(runs("a", 100, 110), runs("b", 115, 120))  # apart, but 12.5 apart < 2 x 10
+    assert close.stands is False
+    three = verdict.compare(runs("a", 100, 110, 105), runs("b", 115, 120, 118))  # 12.7 apart > 1 x 10
+    assert three.stands is True
+
+
+def test_interrupted_runs_are_left_out_and_said():
+    group = runs("plain", 100, 102, 101)
+    group[2].interrupted, group[2].tps = True, 5.0
+    found = verdict.compare(group, runs("skip", 300, 305, 310))
+    assert found.a_values == [100, 102] and "(1 interrupted run left out.)" in found.sentence
