@@ -253,7 +253,7 @@ class Lab:
                 duration: float | None = None, transactions: int | None = None, jobs: int | None = None,
                 mode: str | None = None, options: str | list[str] = "", probes: list[Probe] | None = None,
                 live: bool | None = None, work: str | None = None, perf: bool = False, hold_sessions: bool = False,
-                setup: str | None = None, repeats: int | None = None, after=None):
+                setup=None, repeats: int | None = None, after=None):
         """Run ``script`` with pgbench; returns the :class:`~labkit.records.Run` (also saved).
 
         ``repeats`` runs it that many times, one after another (``setup`` before each), and returns
@@ -276,7 +276,8 @@ class Lab:
         clients would wait behind that session's locks); ``hold_sessions`` runs anyway, for an
         experiment that keeps a transaction open on purpose.
         ``setup`` is SQL run just before pgbench starts (e.g. ``call refill(20000)``), so that a run
-        can be repeated alone.
+        can be repeated alone, or a function called as ``setup(lab)`` (a rebuild with VACUUM, which
+        one SQL string cannot hold).
         """
         spec = pgbench.parse_options(options, script=script, name=name, clients=clients,
                                      duration_s=duration, transactions=transactions, jobs=jobs, mode=mode,
@@ -305,7 +306,7 @@ class Lab:
     @_server_must_answer
     def run_spec(self, spec: Spec, *, probes: list[Probe] | None = None, live: bool | None = None,
                  work: str | None = None, perf: bool = False, observer: runner.Observer | None = None,
-                 hold_sessions: bool = False, setup: str | None = None, tags: dict | None = None):
+                 hold_sessions: bool = False, setup=None, tags: dict | None = None):
         """Run a checked :class:`~labkit.pgbench.Spec` (what ``%%pgbench`` does).
 
         ``observer`` hears the progress instead of the live chart (e.g. :class:`labkit.live.Printer`).
@@ -319,7 +320,9 @@ class Lab:
             if open_now:
                 raise UsageError(f"Not started: {open_now[0].message()} Or run with --hold-sessions "
                                  "(hold_sessions=True) to keep it open on purpose.")
-        if setup:
+        if callable(setup):
+            setup(self)
+        elif setup:
             self.sql(setup)
         probes = [WAIT_EVENTS] if probes is None else list(probes)
         view = None

@@ -32,7 +32,7 @@ from .sessions import Failed, Result, Waiting
 # With --lock-timeout up to this long, the cell waits for the timeout instead of returning early.
 MAX_CELL_WAIT_S = 30
 # Options of %%pgbench that are labkit's, not pgbench's.
-_LABKIT_OPTIONS = ("--probes", "--work", "--setup", "--repeat")
+_LABKIT_OPTIONS = ("--probes", "--work", "--setup", "--after", "--repeat")
 _LABKIT_FLAGS = ("--no-waits", "--hold-sessions")
 
 
@@ -202,8 +202,10 @@ class LabMagics(Magics):
         records goodput beside tps and the live chart draws it. --no-waits: no wait-event probe.
         --hold-sessions: run even while a session of this notebook is idle in a transaction.
         --setup VAR: VAR holds SQL run just before pgbench starts (e.g. refilling a queue), so the
-        cell can be run again alone. --repeat N: run it N times (the setup before each), kept
-        together in the records so that comparisons show their spread.
+        cell can be run again alone; or a function called as VAR(lab) (e.g. a rebuild with VACUUM,
+        which one SQL string cannot hold). --after VAR: a function called as VAR(run) once each run
+        is recorded (e.g. to note a check in it). --repeat N: run it N times (the setup before each,
+        the after after each), kept together in the records so that comparisons show their spread.
         """
         lab = _current_lab()
         try:
@@ -211,10 +213,12 @@ class LabMagics(Magics):
             probes = [] if "--no-waits" in flags else [WAIT_EVENTS]
             probes += [self._probe(name) for value in chosen.get("--probes", []) for name in value.split(",") if name]
             work = self._sql_variable("--work", chosen, "counting the work done", "select count(*) from done")
-            setup = self._sql_variable("--setup", chosen, "to run before pgbench", "call refill(1000)")
+            setup = self._sql_variable("--setup", chosen, "to run before pgbench", "call refill(1000)",
+                                       functions=True)
+            after = self._function("--after", chosen, "run", "lambda run: lab.check('select count(*) as n from t', run)")
             spec = pgbench.parse_options(words, script=cell, defaults=lab.profile.run_defaults())
             return lab.repeat_spec(spec, _repeats(chosen.get("--repeat")), probes=probes, work=work,
-                                   hold_sessions="--hold-sessions" in flags, setup=setup)
+                                   hold_sessions="--hold-sessions" in flags, setup=setup, after=after)
         except LabkitError as error:
             raise _for_student(error) from None
 
@@ -251,14 +255,31 @@ class LabMagics(Magics):
             self._namespace()[args.out] = outcome
         return None
 
-    def _sql_variable(self, option: str, chosen: dict, purpose: str, example: str) -> str | None:
-        """The SQL held by the variable an option names (``--work done``), or None without the option."""
+    def _sql_variable(self, option: str, chosen: dict, purpose: str, example: str, *, functions: bool = False):
+        """The SQL held by the variable an option names (``--work done``), or None without the option.
+
+        With ``functions``, the variable may also hold a function (called with the lab).
+        """
         if option not in chosen:
             return None
         name = chosen[option][-1]
         value = self._namespace().get(name)
+        if functions and callable(value):
+            return value
         if not isinstance(value, str) or not value.strip():
-            raise IPythonUsageError(f"{option} {name}: define it first as SQL {purpose}, e.g. {name} = '{example}'")
+            raise IPythonUsageError(f"{option} {name}: define it first as SQL {purpose}, e.g. {name} = '{example}'"
+                                    + (f", or as a function of the lab: def {name}(lab): ..." if functions else ""))
+        return value
+
+    def _function(self, option: str, chosen: dict, argument: str, example: str):
+        """The function the variable an option names holds, or None without the option."""
+        if option not in chosen:
+            return None
+        name = chosen[option][-1]
+        value = self._namespace().get(name)
+        if not callable(value):
+            raise IPythonUsageError(f"{option} {name}: define it first as a function of the {argument}, e.g. "
+                                    f"{name} = {example}")
         return value
 
     def _probe(self, name: str) -> Probe:

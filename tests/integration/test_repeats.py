@@ -44,6 +44,15 @@ def test_the_magic_repeats_and_refuses_a_bad_count(lab):
     assert [run.repeat for run in group] == [1, 2]
     with pytest.raises(IPythonUsageError, match="--repeat two: give a whole number of runs"):
         magics.pgbench("--name rep-magic -c 2 -T 1 --repeat two", "select 1;")
+    # a function as the setup (what one SQL string cannot hold: VACUUM after a rebuild) and one after each run
+    calls = []
+    shell.user_ns["rebuild"] = lambda lab: (calls.append("setup"), lab.sql("vacuum"))
+    shell.user_ns["noted"] = lambda run: calls.append(f"after {run.repeat}")
+    magics.pgbench("--name rep-hooks -c 2 -T 1 --repeat 2 --setup rebuild --after noted", "select 1;")
+    assert calls == ["setup", "after 1", "setup", "after 2"]
+    shell.user_ns["noted"] = "not a function"
+    with pytest.raises(IPythonUsageError, match="--after noted: define it first as a function of the run"):
+        magics.pgbench("--name rep-hooks -c 2 -T 1 --after noted", "select 1;")
 
 
 def test_a_check_after_an_interrupted_run_notes_into_that_run(lab):
