@@ -3,6 +3,8 @@
 The cells of a demonstration carry a tag (e.g. ``sellout``). Each is a ``%%sql`` cell, with or
 without ``--session NAME``; replaying them through labkit's sessions, the way the ``%%sql`` magic
 runs them, checks that the notebook's SQL does what its text says, against a real PostgreSQL.
+A ``%%steps`` cell (an isolation spec, sessions and permutation together) is taken whole by
+:func:`steps_spec`, for ``lab.steps``.
 """
 
 from __future__ import annotations
@@ -54,3 +56,13 @@ def python_cell(notebook: str, tag: str) -> str:
                  if cell.cell_type == "code" and tag in cell.get("metadata", {}).get("tags", [])]
     assert not source.startswith("%"), f"{notebook}: the cell tagged {tag} is not plain Python"
     return source
+
+
+def steps_spec(notebook: str, tag: str) -> str:
+    """The isolation spec of the one ``%%steps`` cell tagged ``tag``: its body, as ``lab.steps`` takes it."""
+    nb = nbformat.read(NOTEBOOKS / f"{notebook}.ipynb", as_version=4)
+    (source,) = [cell.source for cell in nb.cells
+                 if cell.cell_type == "code" and tag in cell.get("metadata", {}).get("tags", [])]
+    first, _, body = source.partition("\n")
+    assert shlex.split(first) == ["%%steps"], f"{notebook}: the cell tagged {tag} is not a bare %%steps cell: {first}"
+    return body

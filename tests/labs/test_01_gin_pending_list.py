@@ -1,10 +1,14 @@
-"""Lab 01: the GIN pending list, from the records the notebook saved."""
+"""Lab 01: the GIN pending list, from the records the notebook saved; pruning held back, from its steps."""
+
+import time
 
 import pytest
 
 from labkit import records
 from labkit.profiles import Profile
 from labkit.verdict import compare
+
+from .steps import steps_spec
 
 pytestmark = pytest.mark.integration
 
@@ -77,3 +81,73 @@ def test_the_compared_runs_are_repeated_and_each_repeat_is_measured(lab_runs):
             assert run.extra["stall_seconds"] == run.stall_seconds and run.extra["overrun_s"] == run.overrun_s
     verdict = compare(groups["fastupdate-off"], groups["pending-64kB"], metric="hot_ratio")
     assert verdict.basis == "repeats" and verdict.ratio is not None
+
+
+@pytest.fixture(scope="module")
+def prune_lab(fresh_lab):
+    """One lab for the steps: each run of the spec drops and rebuilds its table (its counters start at zero)."""
+    return fresh_lab("test-01-prune-steps")
+
+
+def page(rows: list[dict]) -> dict[str, tuple[str, str, str]]:
+    """``page0``'s rows by line pointer: its state, t_ctid and HOT flags."""
+    return {row["lp"]: (row["line_pointer"], row["t_ctid"], row["hot"]) for row in rows}
+
+
+def test_the_prune_steps_keep_the_old_versions_while_t1_is_open_then_prune_and_stay_hot(prune_lab):
+    lab = prune_lab
+    spec = steps_spec("01-gin-pending-list", "prune-steps")
+    (run,) = lab.steps(spec).permutations
+    assert all(event.waiting_s is None and event.error is None for event in run.events)  # pruning never waits
+    updated = {event.step: event.rows for event in run.events if event.step.startswith("t2_update")}
+    assert updated == {"t2_update1": [{"id": "1", "ctid": "(0,4)"}],  # HOT, in the room left
+                       "t2_update2": [{"id": "2", "ctid": "(1,1)"}],  # no room, no pruning: page 1
+                       "t2_update3": [{"id": "3", "ctid": "(0,5)"}]}  # HOT, in the room pruning made
+    kept, pruned, last = [event.rows for event in run.events if event.step == "t2_page"]
+    assert page(kept) == {"1": ("normal", "(0,4)", "HOT-updated"), "2": ("normal", "(1,1)", ""),
+                          "3": ("normal", "(0,3)", ""), "4": ("normal", "(0,4)", "heap-only")}
+    assert page(pruned) == {"1": ("redirect to 4", None, ""), "2": ("dead", None, ""),
+                            "3": ("normal", "(0,3)", ""), "4": ("normal", "(0,4)", "heap-only")}
+    assert page(last)["3"] == ("normal", "(0,5)", "HOT-updated") and page(last)["5"] == ("normal", "(0,5)", "heap-only")
+    # the server's own count: two of the three updates were HOT (T2's counts flushed at once, not within a second)
+    lab.session("T2").run("select pg_stat_force_next_flush()")
+    deadline = time.monotonic() + 5
+    while (counts := lab.sql("select n_tup_upd, n_tup_hot_upd from pg_stat_user_tables where relname = 'prune_demo'")
+           .iloc[0].tolist()) != [3, 2] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert counts == [3, 2]
+
+
+def test_the_prune_steps_sizes_are_those_the_text_gives(prune_lab):
+    lab = prune_lab
+    spec = steps_spec("01-gin-pending-list", "prune-steps")
+    free = "select upper - lower - 4 from page_header(get_raw_page('prune_demo', 0))"  # PageGetHeapFreeSpace
+    lab.steps(spec, permutation="t2_page")
+    assert lab.value(free) == 2152 and lab.value("select count(*) from heap_page_items(get_raw_page('prune_demo', 0)) "
+                                                 "where lp_len = 2000") == 3
+    lab.steps(spec, permutation="t2_update1")
+    assert lab.value(free) == 148  # below a 2,000-byte row, and below 819 bytes (10% of the page)
+
+
+def test_the_prune_steps_with_t1_ended_first_keep_the_second_update_hot(prune_lab):
+    """The text's prediction: with T1 gone, t2_update2's own scan prunes row 1's old version and stays on page 0."""
+    lab = prune_lab
+    (run,) = lab.steps(steps_spec("01-gin-pending-list", "prune-steps"),
+                       permutation="t1_open t2_update1 t1_commit t2_update2 t2_page").permutations
+    assert next(event.rows for event in run.events if event.step == "t2_update2") == [{"id": "2", "ctid": "(0,5)"}]
+    assert page(run.events[-1].rows)["1"][0] == "redirect to 4"
+
+
+def test_exercise_6_a_snapshot_alone_leaves_the_horizon_as_this_backend_last_computed_it(prune_lab):
+    """README's answer to exercise 6: T2 recomputes the horizon only when its own snapshot's xmin has moved."""
+    lab = prune_lab
+    spec = steps_spec("01-gin-pending-list", "prune-steps").replace(
+        "begin; select pg_current_xact_id() as t1_xid;", "begin isolation level repeatable read; select 1;")
+    assert "repeatable read" in spec
+    (run,) = lab.steps(spec).permutations  # the permutation as given: T2 read page 0 while T1 was open
+    pages = [page(event.rows) for event in run.events if event.step == "t2_page"]
+    assert pages[1]["1"][0] == "normal"  # not pruned after t1_commit
+    assert next(event.rows for event in run.events if event.step == "t2_update3")[0]["ctid"] == "(1,2)"
+    (run,) = lab.steps(spec, permutation="t1_open t2_update1 t2_update2 t1_commit t2_read t2_page t2_update3 "
+                                         "t2_page").permutations
+    assert page(run.events[5].rows)["1"][0] == "redirect to 4"  # without that read: pruned

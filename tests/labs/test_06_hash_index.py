@@ -5,7 +5,7 @@ import pytest
 from labkit import records
 from labkit.records import waits_frame
 
-from .steps import python_cell, replay, tagged_steps
+from .steps import python_cell, replay, steps_spec, tagged_steps
 
 pytestmark = pytest.mark.integration
 
@@ -71,3 +71,44 @@ def test_every_hash_insertion_counts_itself_on_the_metapage(fresh_lab):
     assert namespace["after"] == namespace["before"] + 1 == 1001
     (blocks,) = namespace["wal"].loc[namespace["wal"].record_type == "INSERT", "blocks"]
     assert blocks == "blkref #0: blk " + blocks.split()[3] + " blkref #1: blk 0", blocks  # a bucket page, then the metapage
+
+
+@pytest.fixture(scope="module")
+def lock_lab(fresh_lab):
+    return fresh_lab("test-06-lock-steps")
+
+
+def test_the_lock_steps_grant_both_shared_locks_and_make_the_exclusive_one_wait_for_them(lock_lab):
+    spec = steps_spec("06-hash-index", "lock-steps")
+    (standin,) = tagged_steps("06-hash-index", "standin")  # the runs under load take the same lock, on the same key
+    assert "perform pg_advisory_lock_shared(1);" in standin.sql and "select pg_advisory_lock_shared(1);" in spec
+    outcome = lock_lab.steps(spec)
+    (run,) = outcome.permutations
+    both, queued = [event.rows for event in run.events if event.step == "locks"]
+    assert both == [{"session": "s1", "mode": "ShareLock", "granted": "t"},
+                    {"session": "s2", "mode": "ShareLock", "granted": "t"}]
+    assert queued == both + [{"session": "split", "mode": "ExclusiveLock", "granted": "f"}]
+    split = next(event for event in run.events if event.step == "split_exclusive")
+    assert [event.step for event in run.events if event.waiting_s is not None] == ["split_exclusive"]
+    assert split.lock["locktype"] == "advisory" and split.lock["mode"] == "ExclusiveLock" and split.lock["what"] == "0,1"
+    assert sorted(split.lock["held_by"]) == ["s1", "s2"] and split.released_by == "s2_release"
+    lines = outcome.text.splitlines()
+    assert "step split_exclusive: select pg_advisory_lock(1); <waiting ...>" in lines
+    assert lines.index("step s2_release: select pg_advisory_unlock_shared(1);") < \
+        lines.index("step split_exclusive: <... completed>")
+
+
+def test_exercise_5_a_shared_request_queues_behind_the_waiting_exclusive_one(lock_lab):
+    """README's answer to exercise 5: a request that conflicts with a waiter's joins the queue (lock.c)."""
+    spec = steps_spec("06-hash-index", "lock-steps").replace("session look", """session s3
+step s3_share { select pg_advisory_lock_shared(1); }
+step s3_release { select pg_advisory_unlock_shared(1); }
+
+session look""")
+    (run,) = lock_lab.steps(spec, permutation="s1_share s2_share split_exclusive s3_share locks s1_release "
+                                              "s2_release split_release s3_release").permutations
+    s3 = next(event for event in run.events if event.step == "s3_share")
+    assert s3.waiting_s is not None and s3.lock["mode"] == "ShareLock" and s3.lock["held_by"] == ["split"]
+    assert s3.released_by == "split_release"
+    (queued,) = [event.rows for event in run.events if event.step == "locks"]
+    assert {row["session"]: row["granted"] for row in queued} == {"s1": "t", "s2": "t", "s3": "f", "split": "f"}
