@@ -181,6 +181,10 @@ def group_limits(runs: list[Run]) -> list[str]:
     sentences = [cpu_sentence(kind, values, name, count) for kind, values in found.items()]
     shares = [wait_shares(run) for run in runs]
     for kind, label in WAITS:
+        if kind == "Client" and ({"no_cpu", "others"} & set(found)):
+            # with no CPU to spare, a backend waiting for pgbench's next statement is as much pgbench
+            # waiting for a core as pgbench's own limit: say what was seen, not a cause
+            label = "its backends waited for pgbench's next statement, on a machine with no CPU to spare"
         seen = [share[kind] for share in shares if share.get(kind, 0.0) >= WAIT_SHARE]
         if seen:
             low, high = f"{min(seen):.0%}", f"{max(seen):.0%}"
