@@ -118,6 +118,6 @@ def test_waiting_for_the_client_on_a_full_machine_is_not_called_the_client_limit
     waits = [{"t": 1.5, "wait": "Client: ClientRead", "backends": 6}, {"t": 1.5, "wait": "CPU", "backends": 2}]
     phases = {"connected_s": 0.0, "steady_from_s": 1.0, "steady_to_s": 3.0, "end_s": 3.0}
     said = verdict.limits(Run("idx", "nb", "ci", "now", extra={"cpu": cpu}, probes={"waits": waits}, phases=phases))
-    assert said[0].startswith("the CPU: the server (1.6 cores) and pgbench (0.3) used all 2 cores")
+    assert said[0] == "the CPU: the server (1.7 cores) and pgbench (0.3) used all 2 cores in idx"
     assert said[1].startswith("its backends waited for pgbench's next statement, on a machine with no CPU to spare")
     assert not any(line.startswith("the client") for line in said)
