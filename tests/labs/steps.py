@@ -10,6 +10,7 @@ A ``%%steps`` cell (an isolation spec, sessions and permutation together) is tak
 from __future__ import annotations
 
 import shlex
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,3 +67,25 @@ def steps_spec(notebook: str, tag: str) -> str:
     first, _, body = source.partition("\n")
     assert shlex.split(first) == ["%%steps"], f"{notebook}: the cell tagged {tag} is not a bare %%steps cell: {first}"
     return body
+
+
+def outline(outcome) -> list[str]:
+    """The outcome's text as lines, each step's SQL written ``<sql>``: what it printed, whatever the SQL says."""
+    text = outcome.text
+    for name, step in outcome.spec.steps.items():
+        text = text.replace(f"step {name}: {step.sql}", f"step {name}: <sql>")
+    return text.splitlines()
+
+
+def events(run) -> dict[str, list]:
+    """A permutation's events by step name (a step that runs twice has two)."""
+    found = defaultdict(list)
+    for event in run.events:
+        found[event.step].append(event)
+    return dict(found)
+
+
+def completions(run) -> list[str]:
+    """The steps in the order their completions were reported."""
+    done = [event for event in run.events if event.completed_order is not None]
+    return [event.step for event in sorted(done, key=lambda event: event.completed_order)]
