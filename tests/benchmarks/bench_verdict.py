@@ -28,7 +28,8 @@ CONFIGS = {  # name: (profile, CPUs pinned with taskset, or None for all)
     "ci-2cpu": ("ci", None),
     "laptop-2cpu": ("laptop", None),
 }
-# Each lab's key comparisons: (notebook, baseline run name, compared run name, metric, which clients for a sweep)
+# Each lab's key comparisons: (notebook, baseline run name, compared run name, metric, sweep). A sweep's names
+# carry the clients ("bulk-cache1-c{clients}"): the point with the most clients both methods ran is compared.
 KEY = [
     ("00-start-here", "same-row", "spread", "tps", None),
     ("01-gin-pending-list", "fastupdate-off", "pending-64kB", "tps", None),
@@ -39,7 +40,7 @@ KEY = [
     ("03-queue", "for-update", "advisory", "goodput", None),
     ("04-hot-updates", "expression-index", "no-expression-index", "tps", None),
     ("04-hot-updates", "expression-index", "generated-column", "tps", None),
-    ("05-sequence-cache", "sweep-bulk-cache1", "sweep-bulk-cache100", "tps", "most"),
+    ("05-sequence-cache", "bulk-cache1-c{clients}", "bulk-cache100-c{clients}", "tps", "most"),
     ("06-hash-index", "btree", "hash", "tps", None),
 ]
 
@@ -81,9 +82,10 @@ def verdicts(results: Path, labs: list[str]) -> list[dict]:
             continue
         runs = records.list_runs(results, notebook=notebook)
         if sweep_point:  # a sweep: the point with the most clients both methods ran
-            both = {r.clients for r in runs if r.name == a} & {r.clients for r in runs if r.name == b}
-            clients = max(both, default=None)
-            runs = [r for r in runs if r.clients == clients]
+            names = {r.name for r in runs}
+            both = [c for c in sorted({r.clients for r in runs}, reverse=True)
+                    if a.format(clients=c) in names and b.format(clients=c) in names]
+            a, b = (a.format(clients=both[0]), b.format(clients=both[0])) if both else (a, b)
         groups = records.latest_groups(runs)
         if a not in groups or b not in groups:
             rows.append({"lab": notebook, "comparison": f"{b} / {a}", "verdict": "no records"})
