@@ -822,6 +822,7 @@ def lanes(run, *, title: str | None = None):
         figure.add_trace(go.Bar(
             x=[max(end - event.order, 0.8)], base=[event.order], y=[event.session], orientation="h",
             name=event.step, showlegend=False, text=[event.step], textposition="inside", insidetextanchor="start",
+            textangle=0, constraintext="none",
             marker=dict(color=style.translucent(color, 0.3 if waited else 0.85),
                         line=dict(color=style.VERMILLION if event.error else color, width=3 if event.error else 1),
                         pattern=dict(shape="/" if waited else "", fgcolor=color, solidity=0.25)),

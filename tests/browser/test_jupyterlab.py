@@ -116,7 +116,7 @@ def jupyterlab(tmp_path_factory):
 
 
 # Charts whose final rendering in JupyterLab is kept as a picture: the cell that draws it, the file.
-PICTURES = {"lab.compare(": "compare.png", "--name same-row-locks": "timeline-waits.png"}
+PICTURES = {"lab.compare(": "compare.png", "--name same-row-locks": "timeline-waits.png", "%%steps": "lanes.png"}
 
 
 def _picture_of_output(cell, root: Path) -> None:
@@ -266,3 +266,92 @@ def test_a_student_runs_the_tour_in_jupyterlab(jupyterlab):
     assert screenshot.stat().st_size > 20_000
     assert {f"00-start-here-{name}" for name in PICTURES.values()} <= {p.name for p in root.glob("*.png")}, \
         f"a final chart did not render in the page: {sorted(p.name for p in root.glob('*.png'))}"
+
+
+# The interleavings the lanes test draws: (notebook, a phrase only that %%steps cell holds, picture).
+LANES = [("02-flash-sale", "update tbl set cnt = 1 where id = 1", "02-flash-sale-sell-out-lanes.png"),
+         ("03-queue", "pg_try_advisory_xact_lock(id)", "03-queue-race-lanes.png")]
+
+LANES_STATE = """cell => {
+  const plot = cell.querySelector('.jp-OutputArea .js-plotly-plot');
+  if (!plot || !plot._fullLayout) return [null, 0, []];
+  return [plot._fullLayout.title.text, (plot.data || []).filter(t => t.type === 'bar').length,
+          (plot._fullLayout.annotations || []).map(a => a.text || '')];
+}"""
+
+
+def _lanes_notebook(name: str, phrase: str):
+    """A notebook of the lab's own set-up cells (labkit.start, its %%sql) and the %%steps cell holding ``phrase``."""
+    import nbformat
+
+    lab = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+    code = [cell for cell in lab.cells if cell.cell_type == "code"]
+    first_steps = next(i for i, cell in enumerate(code) if cell.source.startswith("%%steps"))
+    kept = [cell for cell in code[:first_steps]
+            if cell.source.startswith(("import labkit", "%%sql")) or "labkit.start(" in cell.source
+            or cell.source.startswith("lab.sql(")]
+    kept.append(next(cell for cell in code if cell.source.startswith("%%steps") and phrase in cell.source))
+    return nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(cell.source) for cell in kept],
+                                    metadata=lab.metadata)
+
+
+def test_the_lanes_of_the_sell_out_and_the_race_draw_in_jupyterlab(jupyterlab):
+    """The %%steps cells of 02 (the sell-out) and 03 (the advisory race), run as a student runs them."""
+    import nbformat
+    from playwright.sync_api import sync_playwright
+
+    base, token, root = jupyterlab
+    seen = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        for name, phrase, picture in LANES:
+            nbformat.write(_lanes_notebook(name, phrase), root / f"lanes-{name}.ipynb")
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            # a workspace of its own, reset: only this notebook open
+            page.goto(f"{base}/lab/workspaces/lanes-{name}/tree/lanes-{name}.ipynb?token={token}&reset")
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+            try:
+                page.click(".jp-Dialog button:has-text('Select')", timeout=10_000)
+            except Exception:  # noqa: BLE001 - no dialog: the kernel started by itself
+                pass
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000,
+                                   state="attached")
+            page.click(".jp-Notebook .jp-Cell >> nth=0")
+            page.keyboard.press("Escape")
+            cells = page.query_selector_all(".jp-Notebook .jp-CodeCell")
+            for _ in cells:
+                page.keyboard.press("Shift+Enter")
+                page.wait_for_timeout(300)
+            steps = page.query_selector_all(".jp-Notebook .jp-CodeCell")[len(cells) - 1]
+            deadline = time.monotonic() + 120
+            state = (None, 0, [])
+            while time.monotonic() < deadline:
+                prompt = (steps.query_selector(".jp-InputPrompt").text_content() or "").strip()
+                state = steps.evaluate(LANES_STATE)
+                if re.fullmatch(r"\[\d+\]:", prompt) and state[0] and state[0].startswith("permutation:"):
+                    break
+                time.sleep(0.3)
+            page.wait_for_timeout(800)
+            plot = steps.query_selector(".jp-OutputArea .js-plotly-plot")
+            if plot is not None:
+                page.set_viewport_size({"width": 1400, "height": int(plot.bounding_box()["height"]) + 400})
+                plot.scroll_into_view_if_needed()
+                plot.screenshot(path=str(root / picture))
+            errors = [e.text_content() for e in page.query_selector_all("[data-mime-type='application/vnd.jupyter.error']")]
+            text = steps.query_selector(".jp-OutputArea").text_content() or ""
+            seen[name] = (state, errors, text)
+            page.close()
+        browser.close()
+    kept = ROOT / "executed" / "browser"
+    kept.mkdir(parents=True, exist_ok=True)
+    for _, _, picture in LANES:
+        if (root / picture).exists():
+            shutil.copy(root / picture, kept / picture)
+    for name, (state, errors, text) in seen.items():
+        assert not errors, f"{name}: {errors[0][:500]}"
+        title, boxes, notes = state
+        assert title and title.startswith("permutation:"), f"{name}: no final lanes ({title})"
+        assert boxes >= 3, f"{name}: {boxes} step boxes drawn"
+        assert "<waiting ...>" in text, f"{name}: no step waited ({text[:300]})"
+        assert any(note.startswith("waits for") for note in notes), f"{name}: no wait drawn: {notes}"
+    assert all((root / picture).stat().st_size > 10_000 for _, _, picture in LANES)
