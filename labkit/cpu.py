@@ -234,7 +234,7 @@ def findings(cpu: dict) -> dict[str, dict]:
     if cpus and others >= OTHERS_SHARE * cpus:
         found["others"] = {"others": others, "cpus": cpus, "pgbench": pgbench, "server": server}
     elif cpus and ((idle is not None and idle < IDLE_CORES) or pgbench + server >= FULL_MACHINE * cpus):
-        found["no_cpu"] = {"cpus": cpus, "pgbench": pgbench, "server": server}
+        found["no_cpu"] = {"cpus": cpus, "pgbench": pgbench, "server": server, "others": others}
     return found
 
 
@@ -258,6 +258,9 @@ def sentence(kind: str, values: list[dict], name: str, runs: int) -> str:
     if kind == "others":
         return (f"other processes on this machine used {span('others', '.1f')} of its {cpus:g} cores {where} "
                 f"(pgbench {span('pgbench', '.1f')}, the server {span('server', '.1f')})")
+    if max(v.get("others", 0.0) for v in values) >= 0.1:  # the rest went to other processes: say so
+        return (f"the CPU: no core idle {where} (the server {span('server', '.1f')}, pgbench {span('pgbench', '.1f')}, "
+                f"other processes {span('others', '.1f')} of {cpus:g})")
     return (f"the CPU: the server ({span('server', '.1f')} cores) and pgbench ({span('pgbench', '.1f')}) used all "
             f"{cpus:g} core{'s' * (cpus != 1)} {where}")
 

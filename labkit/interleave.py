@@ -396,7 +396,8 @@ class Event:
     waiting_s: float | None = None  # when it was seen waiting (None: it never waited)
     completed_s: float | None = None
     completed_order: int | None = None
-    released_by: str | None = None  # the step whose completion came just before this one's (it released it)
+    released_by: str | None = None  # the holder's step whose completion released it (None: it ended otherwise)
+    held_s: float | None = None  # reported waiting by a marker ((*), another step) without waiting for a lock
     lock: dict = field(default_factory=dict)  # locktype, mode, what, held_by: from pg_locks while it waited
     error: str | None = None  # "ERROR:  deadlock detected"
     rows: list[dict] = field(default_factory=list)
@@ -518,40 +519,17 @@ class _Runner:
         self.order = itertools.count()
         self.active = {}
         run.lines.append("\nstarting permutation: " + " ".join(step.name for step in steps) + "\n")
-        for sql in self.spec.setup:
-            self._exec(self.control, sql, "setup")
-        for session in self.spec.sessions:
-            if session.setup:
-                self._exec(self.sessions[session.name].connection, session.setup, f"setup of session {session.name}",
-                           session.name)
-        waiting: list[PermutationStep] = []
         try:
-            for pstep in steps:
-                step = self.spec.steps[pstep.name]
-                if step.session in self.active:  # its session is still busy: wait for it (and poll the others)
-                    deadline = time.monotonic() + 2 * self.step_timeout_s
-                    while step.session in self.active:
-                        old = self.active[step.session][0]
-                        if not self._try_complete(old, retry=True):
-                            waiting.remove(old)
-                        waiting = self._try_complete_all(waiting, nonblock=True)
-                        if step.session in self.active and time.monotonic() > deadline:
-                            raise UsageError(f"Step {self.active[step.session][0].name} did not end within "
-                                             f"{2 * self.step_timeout_s:.0f} s, and {step.name} must wait for it: "
-                                             "check the permutation.")
-                self._launch(pstep, step)
-                must_wait = self._try_complete(pstep, nonblock=True)
-                waiting = self._try_complete_all(waiting, nonblock=True)
-                if must_wait:
-                    waiting.append(pstep)
-            waiting = self._try_complete_all(waiting, nonblock=False)
-            if waiting:
-                raise UsageError("The permutation could not complete: its steps block each other (" +
-                                 ", ".join(w.name for w in waiting) + ").")
-        finally:
-            for name in list(self.active):  # an error above: leave no statement running
-                self.sessions[name].cancel()
-            self.active.clear()
+            for sql in self.spec.setup:
+                self._exec(self.control, sql, "setup")
+            for session in self.spec.sessions:
+                if session.setup:
+                    self._exec(self.sessions[session.name].connection, session.setup,
+                               f"setup of session {session.name}", session.name)
+            self._steps(steps)
+        except BaseException:
+            self._abandon()
+            raise
         for session in self.spec.sessions:
             if session.teardown:
                 self._exec(self.sessions[session.name].connection, session.teardown, None, session.name)
@@ -559,9 +537,54 @@ class _Runner:
             self._exec(self.control, self.spec.teardown, None)
         return run
 
+    def _abandon(self) -> None:
+        """After an error: nothing left running, no transaction left open, the teardowns run as far as they can."""
+        for name in list(self.active):
+            self.sessions[name].cancel()
+        self.active.clear()
+        from psycopg.pq import TransactionStatus
+
+        for session in self.spec.sessions:
+            connection = self.sessions[session.name].connection
+            if not connection.closed and connection.info.transaction_status != TransactionStatus.IDLE:
+                _execute(connection, "rollback", timeout_s=self.step_timeout_s)
+            if session.teardown and not connection.closed:
+                self._exec(connection, session.teardown, None, session.name)
+        if self.spec.teardown and not self.control.closed:
+            self._exec(self.control, self.spec.teardown, None)
+
+    def _steps(self, steps: tuple[PermutationStep, ...]) -> None:
+        """The steps of one permutation, launched and completed as ``run_permutation`` does."""
+        waiting: list[PermutationStep] = []
+        for pstep in steps:
+            step = self.spec.steps[pstep.name]
+            if step.session in self.active:  # its session is still busy: wait for it (and poll the others)
+                deadline = time.monotonic() + 2 * self.step_timeout_s
+                while step.session in self.active:
+                    old = self.active[step.session][0]
+                    if not self._try_complete(old, retry=True):
+                        waiting.remove(old)
+                    waiting = self._try_complete_all(waiting, nonblock=True)
+                    if step.session in self.active and time.monotonic() > deadline:
+                        raise UsageError(f"Step {self.active[step.session][0].name} did not end within "
+                                         f"{2 * self.step_timeout_s:.0f} s, and {step.name} must wait for it: "
+                                         "check the permutation.")
+            self._launch(pstep, step)
+            must_wait = self._try_complete(pstep, nonblock=True)
+            waiting = self._try_complete_all(waiting, nonblock=True)
+            if must_wait:
+                waiting.append(pstep)
+        waiting = self._try_complete_all(waiting, nonblock=False)
+        if waiting:
+            raise UsageError("The permutation could not complete: its steps block each other (" +
+                             ", ".join(w.name for w in waiting) + ").")
+
     def _exec(self, connection, sql: str, failing: str | None, session: str | None = None) -> None:
-        """A setup or teardown block: its result tables printed; a failure of setup stops the permutation."""
-        outcome = _execute(connection, sql)
+        """A setup or teardown block: its result tables printed; a failure of setup stops the permutation.
+
+        It is cancelled after the step timeout (a lock held by a session outside the spec would hold it forever).
+        """
+        outcome = _execute(connection, sql, timeout_s=self.step_timeout_s)
         if session is not None:
             self._flush(session)
         self.current.lines.append(outcome.text)
@@ -593,7 +616,7 @@ class _Runner:
         step = self.spec.steps[pstep.name]
         _, future, event, targets = self.active[step.session]
         if not retry and any(blocker.kind == "once" for blocker in pstep.blockers):
-            self._waiting(step, event)
+            self._waiting(step, event, blocked=False)
             return True
         started = time.monotonic()
         cancelled = False
@@ -606,7 +629,7 @@ class _Runner:
             self._flush(step.session)
             if nonblock and self._blocked(self.sessions[step.session].pid):
                 if not retry:
-                    self._waiting(step, event)
+                    self._waiting(step, event, blocked=True)
                 elif event.waiting_s is None:
                     event.waiting_s = round(time.monotonic() - self.started, 4)
                 if not event.lock:
@@ -623,7 +646,7 @@ class _Runner:
         self._flush(step.session)
         if self._has_blocker(pstep, targets):
             if not retry:
-                self._waiting(step, event)
+                self._waiting(step, event, blocked=False)
             return True
         outcome = future.result()
         self.current.lines.append(f"step {step.name}: <... completed>\n" if retry else f"step {step.name}: {step.sql}\n")
@@ -631,18 +654,21 @@ class _Runner:
         event.completed_s = round(time.monotonic() - self.started, 4)
         event.completed_order = next(self.order)
         event.error, event.rows, event.text = outcome.error, outcome.rows, outcome.text
-        done = [e for e in self.current.events if e.completed_order is not None and e is not event]
-        if event.waiting_s is not None and done:
-            event.released_by = max(done, key=lambda e: e.completed_order or 0).step
+        event.released_by = _releaser(event, self.current.events)
         del self.active[step.session]
         self.sessions[step.session].pending = None
         if self.on_event is not None:
             self.on_event(self.current)
         return False
 
-    def _waiting(self, step: Step, event: Event) -> None:
+    def _waiting(self, step: Step, event: Event, *, blocked: bool) -> None:
+        """Print ``<waiting ...>``: for a lock the server made it wait for (``blocked``), or because of a marker."""
         self.current.lines.append(f"step {step.name}: {step.sql} <waiting ...>\n")
-        event.waiting_s = round(time.monotonic() - self.started, 4)
+        now = round(time.monotonic() - self.started, 4)
+        if blocked:
+            event.waiting_s = now
+        else:
+            event.held_s = now
         if self.on_event is not None:
             self.on_event(self.current)
 
@@ -673,6 +699,20 @@ class _Runner:
                 "held_by": [names.get(holder, f"pid {holder}") for holder in row[3]]}
 
 
+def _releaser(event: Event, events: list[Event]) -> str | None:
+    """The step that released a waiting step (None: it never waited for a lock, or ended by itself).
+
+    The last to complete, of the sessions that held its lock, after it began waiting; a step that
+    ended by a lock timeout or a cancel was released by nobody.
+    """
+    holders = set(event.lock.get("held_by") or [])
+    if event.waiting_s is None or not holders or (event.error and "cancel" in event.error):
+        return None
+    done = [e for e in events if e is not event and e.session in holders and e.completed_order is not None
+            and e.completed_order < (event.completed_order or 0) and (e.completed_s or 0) >= event.waiting_s]
+    return max(done, key=lambda e: e.completed_order or 0).step if done else None
+
+
 @dataclass
 class _Executed:
     text: str
@@ -680,8 +720,11 @@ class _Executed:
     rows: list[dict] = field(default_factory=list)
 
 
-def _execute(connection, sql: str) -> _Executed:
-    """Send ``sql`` as one simple query (libpq's PQsendQuery, as the isolation tester) and print each result."""
+def _execute(connection, sql: str, *, timeout_s: float | None = None) -> _Executed:
+    """Send ``sql`` as one simple query (libpq's PQsendQuery, as the isolation tester) and print each result.
+
+    ``timeout_s``: cancelled after that long (a step's own timeout is the caller's: it reports the cancel).
+    """
     import psycopg
     from psycopg import pq
 
@@ -694,12 +737,16 @@ def _execute(connection, sql: str) -> _Executed:
     except psycopg.OperationalError as failed:
         return _Executed(f"failed to send query: {failed}\n", str(failed))
     parts, error, rows = [], None, []
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     while True:
         # libpq's PQgetResult would block inside C with the interpreter's lock held: wait here instead
         pgconn.consume_input()
         while pgconn.is_busy():
             _wait(pgconn.socket)
             pgconn.consume_input()
+            if deadline is not None and time.monotonic() > deadline:
+                connection.cancel_safe()  # the statement then ends with "canceling statement due to user request"
+                deadline = None
         result = pgconn.get_result()
         if result is None:
             break

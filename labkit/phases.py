@@ -101,7 +101,8 @@ class Phases:
 
 
 def phases_of(*, connected_s: float, planned_end_s: float | None, end_s: float,
-              client_ends: dict[int, float] | None = None, progress_s: float = 1.0) -> Phases:
+              client_ends: dict[int, float] | None = None, progress_s: float = 1.0,
+              interrupted: bool = False) -> Phases:
     """The phases of a run from what it left behind.
 
     ``connected_s``: pgbench's initial connection time; ``planned_end_s``: ``-T`` (None for
@@ -121,7 +122,8 @@ def phases_of(*, connected_s: float, planned_end_s: float | None, end_s: float,
         steady_to = min(client_ends.values())
     else:
         steady_to = end_s
-    steady_to = min(steady_to, end_s)  # an interrupted run ends before its planned end
+    if interrupted or planned_end_s is None:
+        steady_to = min(steady_to, end_s)  # an interrupted run ends before its planned end
     note = None
     if steady_to - steady_from < progress_s - EPSILON:
         # Too short for a full second after the start: take what there is after connecting.

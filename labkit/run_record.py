@@ -54,19 +54,25 @@ def record(spec: pgbench.Spec, context: Context, outputs: Outputs) -> Run:
     rate = spec.sampling_rate or 1.0
     zero, connected_s = _zero(spec, summary, outputs)
     offset = _probe_offset(zero, outputs)
+    logged = log is not None and not log.empty  # --no-log, or an interrupt that lost pgbench's buffered log
     # each client's last transaction: known only from a log of every transaction
-    ends = pgbench.client_ends(log, zero) if zero is not None and log is not None and rate == 1 else {}
+    ends = pgbench.client_ends(log, zero) if zero is not None and logged and rate == 1 else {}
     if ends and spec.transactions:  # a -t run's steady phase ends when a client that did all its work ends
         done = pgbench.client_counts(log)
         ends = {client: end for client, end in ends.items() if done.get(client, 0) >= spec.transactions}
     known_ends = ([points[-1]["t"]] if points else []) + ([max(ends.values())] if ends else [])
+    if zero is not None and logged:  # a sampled log's last transaction: the run went on at least that long
+        known_ends.append(float(log["end_s"].max()) - zero)
+    if zero is not None and outputs.started_epoch is not None:  # pgbench's exit, on its own clock
+        known_ends.append(outputs.started_epoch + outputs.wall_s - zero)
     end_s = max(known_ends) if known_ends else max(0.0, outputs.wall_s - offset)
     jobs = _jobs(context.argv, spec)
-    parts = phases.phases_of(connected_s=connected_s, planned_end_s=spec.duration_s, end_s=end_s, client_ends=ends)
+    parts = phases.phases_of(connected_s=connected_s, planned_end_s=spec.duration_s, end_s=end_s, client_ends=ends,
+                             interrupted=outputs.interrupted)
     fine: list[dict] = []
     fine_width = None
     whole_latency: dict = {}
-    if zero is not None:
+    if zero is not None and logged:
         fine_width = 0.1
         fine = [vars(b) for b in pgbench.bin_log(log, zero, fine_width, sampling_rate=rate, end_s=zero + parts.end_s)]
         whole_latency = dict(pgbench.latency_figures(log))
@@ -78,7 +84,7 @@ def record(spec: pgbench.Spec, context: Context, outputs: Outputs) -> Run:
     whole_tps = summary.tps
     if whole_tps is None and points:
         whole_tps = phases.tps_over(phases.progress_intervals(points))
-    steady = _steady_figures(parts, points, log, zero, rate)
+    steady = _steady_figures(parts, points, log if logged else None, zero, rate)
     stalls = [vars(s) for s in pgbench.find_stalls([(p["t"], p["tps"]) for _, _, p in phases.in_part(points, parts)])]
     # Probes are timed from pgbench's start (the process); its zero comes a few ms later.
     samples = {name: [{**row, "t": round(row["t"] - offset, 3)} for row in rows]
@@ -130,7 +136,10 @@ def _zero(spec: pgbench.Spec, summary: pgbench.Summary, outputs: Outputs) -> tup
     elif first is not None and connected is not None:
         zero = first - connected
     if connected is None:  # no summary (an interrupted run): from the log, where it can tell
-        connected = max(0.0, first - zero) if first is not None and zero is not None else 0.0
+        if first is not None and zero is not None:
+            connected = max(0.0, first - zero)
+        else:  # pgbench prints its first progress line once its clients are connected: at most that
+            connected = outputs.progress[0].t if outputs.progress and outputs.progress[0].t > 1 else 0.0
     return zero, connected
 
 
@@ -145,7 +154,7 @@ def _steady_figures(parts: phases.Phases, points: list[dict], log, zero: float |
     """tps, latency and failures over the steady phase: from the transaction log, else from the progress lines."""
     if parts.steady_s <= 0:
         return {}
-    if zero is not None:
+    if zero is not None and log is not None:
         figures = pgbench.window_figures(log, zero + parts.steady_from_s, zero + parts.steady_to_s, sampling_rate=rate)
         return {**figures, "tps": None if figures["tps"] is None else round(figures["tps"], 3)}
     inside = phases.in_part(points, parts)

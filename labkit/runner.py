@@ -270,9 +270,9 @@ class PgbenchRunner:
                 sampler.add(cpu.CpuSchedule(process, self.target.postmaster_pid, self.target.conninfo,
                                             application_name))
             sampler.start(started)
-            if attach is not None:
-                attach.begin(process, application_name)
             reader = _OutputReader(process)
+            if attach is not None:
+                attach.begin(process, application_name, reader.first_progress)
             reader.follow(observer, sampler)
         except BaseException as error:  # an interrupt, or an error in an observer: pgbench stops either way
             interrupted = True
@@ -316,10 +316,16 @@ class _PerfAttach(threading.Thread):
         self.reason = "the run ended before its clients had all connected: perf recorded nothing"
         self._process: subprocess.Popen | None = None
         self._application_name = ""
+        self._connected = threading.Event()
         self._finished = threading.Event()
 
-    def begin(self, process: subprocess.Popen, application_name: str) -> None:
-        self._process, self._application_name = process, application_name
+    def begin(self, process: subprocess.Popen, application_name: str, connected: threading.Event) -> None:
+        """Attach once ``connected`` is set (pgbench's first progress line).
+
+        By then every client has connected, and pgbench's own setup connection, which carries the
+        run's name too, is closed: perf attaches to the run's clients only.
+        """
+        self._process, self._application_name, self._connected = process, application_name, connected
         if self.follow is not None:
             self.recording = perf_module.Recording(self.follow).start()
             return
@@ -327,6 +333,10 @@ class _PerfAttach(threading.Thread):
 
     def run(self) -> None:
         assert self._process is not None
+        while not self._connected.wait(0.05):
+            if self._process.poll() is not None or self._finished.is_set():
+                self.reason = "the run ended before its first second: perf attached to nothing"
+                return
         try:
             with db.connect(self.conninfo, db.PROBE) as connection:
                 while self._process.poll() is None and not self._finished.is_set():
@@ -375,6 +385,7 @@ class _OutputReader:
         self.process = process
         self.lines: queue.Queue[tuple[str, float] | None] = queue.Queue()  # a line and when it came (Unix time)
         self.arrivals: list[float] = []  # when each progress line came: pgbench's clock read against ours
+        self.first_progress = threading.Event()  # pgbench prints none before every client has connected
         self._stdout: list[str] = []
         self.progress: list[pgbench.Progress] = []
         self.other_lines: list[str] = []
@@ -407,6 +418,7 @@ class _OutputReader:
             if point is not None:
                 self.progress.append(point)
                 self.arrivals.append(arrived)
+                self.first_progress.set()
                 if observer is not None:
                     observer.progress(point, line)
             elif line:

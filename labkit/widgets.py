@@ -104,8 +104,6 @@ def panel(lab, script: str | dict[str, str], *, name: str = "explore", clients: 
         views = []
         try:
             with output, live.nested() as views:
-                if before is not None:
-                    before(lab, **values)
                 options = [item for label, value in values.items() for item in ("-D", f"{label}={value}")]
 
                 def each(run):
@@ -113,8 +111,11 @@ def panel(lab, script: str | dict[str, str], *, name: str = "explore", clients: 
                     if after is not None:
                         after(lab, run)
 
+                # before each repeat, as its docstring says: each starts from the same state
+                setup = (lambda lab: before(lab, **values)) if before is not None else None
                 result = lab.pgbench(text, name=run_name, clients=count, duration=seconds.value, options=options,
-                                     probes=probes, live=True, work=work, mode=mode, repeats=times, after=each)
+                                     probes=probes, live=True, work=work, mode=mode, repeats=times, after=each,
+                                     setup=setup)
             group = result if isinstance(result, records.Repeats) else records.Repeats([result])
             spread = group.spread("tps")
             ranged = f" ({spread[0]:,.0f}–{spread[1]:,.0f} over {len(group)} runs)" if len(group) > 1 and spread else ""

@@ -147,3 +147,23 @@ def test_the_steps_magic_prints_as_it_goes_and_keeps_the_outcome(lab, capsys):
     with pytest.raises(IPythonUsageError, match='Undefined step "nope"'):
         magics.steps('--permutation "s1u nope"', OWN)
     assert lab.steps(OWN, permutation="s2q").permutations[0].events[0].rows == [{"n": "0"}]
+
+
+def test_a_failed_permutation_leaves_no_transaction_open_and_runs_the_teardowns(lab):
+    with pytest.raises(UsageError, match="block each other"):
+        interleave.run(lab, OWN, permutation="s1u s2q(s1u notices 1)", step_timeout_s=1)
+    assert lab.sessions.open_transactions() == []
+    assert lab.value("select count(*) from pg_tables where tablename = 'own'") == 0  # the spec's teardown ran
+
+
+def test_a_marker_is_not_drawn_as_a_lock_wait_and_a_timeout_is_released_by_nobody(lab):
+    outcome = interleave.run(lab, OWN, permutation="s1u s2q(*) s1c")
+    marked = next(e for e in outcome.permutations[0].events if e.step == "s2q")
+    assert marked.waiting_s is None and marked.held_s is not None and marked.released_by is None
+    spec = OWN.replace("step s2q { select n from own; }",
+                       "step s2q { select n from own; }\nstep s2t { set lock_timeout = '200ms'; "
+                       "update own set n = 0 where id = 1; }").replace(
+                       "step s1c { commit; }", "step s1c { commit; }\nstep s1z { select pg_sleep(0.6); }")
+    outcome = interleave.run(lab, spec, permutation="s1u s2t s1z s1c")  # s2t gives up while s1 sleeps
+    timed = next(e for e in outcome.permutations[0].events if e.step == "s2t")
+    assert timed.error == "ERROR:  canceling statement due to lock timeout" and timed.released_by is None

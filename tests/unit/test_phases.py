@@ -164,3 +164,30 @@ def test_a_rate_limited_run_takes_its_zero_from_the_progress_lines_not_the_log()
     # zero from the progress lines (2 ms late): the fine bins start there, not 250 ms early as the log says
     assert run.phases["connected_s"] == 0.025 and run.phases["steady_from_s"] == 1.0
     assert run.fine[0]["t"] == 0.1 and run.fine[0]["tps"] > 0  # the log's zero, 250 ms early, left 0.1-0.3 s empty
+
+
+def test_a_run_without_a_transaction_log_is_recorded_from_its_progress_lines():
+    """--no-log, or an interrupt that lost pgbench's buffered log: no log at all, or an empty one."""
+    progress, arrivals, zero = _arrivals("pgbench18_tail", 0.024524)
+    for log in (None, pgbench.log_frame("\n")):
+        outputs = run_record.Outputs(stdout=(DATA / "pgbench18_tail.stdout").read_text(encoding="utf-8"), stderr="",
+                                     progress=progress, wall_s=5.036, progress_arrivals=arrivals, transaction_log=log,
+                                     started_epoch=zero - 0.012)
+        run = run_record.record(pgbench.parse_options("-c 8 -j 2 -T 3 --no-log --name nolog", script="select 1;"),
+                                CONTEXT, outputs)
+        assert run.steady["source"] == "progress lines" and run.fine == []
+        assert (run.phases["steady_from_s"], run.phases["steady_to_s"]) == (1.0, 3.0)
+        assert run.tps == round((485.0 + 483.0) / 2, 1)
+
+
+def test_a_sampled_log_still_runs_its_steady_phase_to_the_planned_end():
+    """pgbench often prints no progress line at -T itself: the last one must not cut the steady phase short."""
+    progress, arrivals, zero = _arrivals("pgbench18_tail", 0.024524)
+    early = [point for point in progress if point.t <= 2.0]  # as if the 3.0 s line never came
+    full = pgbench.log_frame(DATA / "pgbench18_tail.txlog")
+    outputs = run_record.Outputs(stdout=(DATA / "pgbench18_tail.stdout").read_text(encoding="utf-8"), stderr="",
+                                 progress=early, wall_s=5.036, progress_arrivals=arrivals[:len(early)],
+                                 transaction_log=full.iloc[::10].reset_index(drop=True), started_epoch=zero - 0.012)
+    run = run_record.record(pgbench.parse_options("-c 8 -j 2 -T 3 --sampling-rate 0.1 --name s", script="select 1;"),
+                            CONTEXT, outputs)
+    assert run.phases["steady_to_s"] == 3.0 and run.phases["end_s"] > 4.9
