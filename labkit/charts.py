@@ -833,6 +833,10 @@ def lanes(run, *, title: str | None = None):
                     + (f", held by {', '.join(lock['held_by'])}" if lock.get("held_by") else "")) if lock else "waits"
             figure.add_annotation(x=event.order + 0.1, y=event.session, yshift=-22, text=said, showarrow=False,
                                   xanchor="left", font=dict(size=11, color=style.PLANNED_END_COLOR))
+        elif event.held_s is not None:  # reported waiting by a marker of the permutation, not by a lock
+            figure.add_annotation(x=event.order + 0.1, y=event.session, yshift=-22, showarrow=False, xanchor="left",
+                                  text="held by a marker of the permutation (no lock wait)",
+                                  font=dict(size=11, color=style.PLANNED_END_COLOR))
         if event.error:
             figure.add_annotation(x=end, y=event.session, yshift=22, text=event.error, showarrow=False,
                                   xanchor="right", font=dict(size=11, color=style.VERMILLION))

@@ -99,10 +99,7 @@ class _StepsWatch:
 
     def event(self, run) -> None:
         key = id(run)
-        lines = run.lines[self.printed.get(key, 0):]
-        self.printed[key] = len(run.lines)
-        print("".join(lines), end="", flush=True)
-        if self.show_lanes:
+        if self.show_lanes:  # the lanes first, above the permutation's text: both grow as it runs
             from .charts import lanes
             from .live import FigureView
 
@@ -111,6 +108,9 @@ class _StepsWatch:
                 self.views[key] = FigureView(run.name, lanes(run))
             else:
                 view.show(lanes(run))
+        lines = run.lines[self.printed.get(key, 0):]
+        self.printed[key] = len(run.lines)
+        print("".join(lines), end="", flush=True)
 
     def done(self, outcome) -> None:
         from .charts import lanes

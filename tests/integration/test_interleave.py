@@ -160,6 +160,9 @@ def test_a_marker_is_not_drawn_as_a_lock_wait_and_a_timeout_is_released_by_nobod
     outcome = interleave.run(lab, OWN, permutation="s1u s2q(*) s1c")
     marked = next(e for e in outcome.permutations[0].events if e.step == "s2q")
     assert marked.waiting_s is None and marked.held_s is not None and marked.released_by is None
+    notes = [a.text for a in outcome.lanes().layout.annotations]
+    assert "held by a marker of the permutation (no lock wait)" in notes and not any(
+        (note or "").startswith("waits for") for note in notes)
     spec = OWN.replace("step s2q { select n from own; }",
                        "step s2q { select n from own; }\nstep s2t { set lock_timeout = '200ms'; "
                        "update own set n = 0 where id = 1; }").replace(
