@@ -428,6 +428,7 @@ class Outcome:
 
     spec: Spec
     permutations: list[PermutationRun]
+    notes: list[str] = field(default_factory=list)  # what the run did beyond the tester's output (rollbacks)
 
     @property
     def text(self) -> str:
@@ -536,6 +537,19 @@ class _Runner:
         if self.spec.teardown:
             self._exec(self.control, self.spec.teardown, None)
         return run
+
+    def end_transactions(self) -> list[str]:
+        """Roll back what the last permutation left open, as the isolation tester's disconnect does; say which."""
+        from psycopg.pq import TransactionStatus
+
+        said = []
+        for name, session in self.sessions.items():
+            connection = session.connection
+            if not connection.closed and connection.info.transaction_status != TransactionStatus.IDLE:
+                _execute(connection, "rollback", timeout_s=self.step_timeout_s)
+                said.append(f"{name}'s transaction was still open at the end: rolled back, as the isolation tester's "
+                            "disconnect would (end it in a step of its own to keep what it did).")
+        return said
 
     def _abandon(self) -> None:
         """After an error: nothing left running, no transaction left open, the teardowns run as far as they can."""
@@ -800,6 +814,7 @@ def run(lab, spec: Spec | str, *, permutation: str | None = None, step_timeout_s
     try:
         for steps in chosen:
             runs.append(runner.run(steps))
+        notes = runner.end_transactions()
     finally:
         runner.close()
-    return Outcome(spec, runs)
+    return Outcome(spec, runs, notes)

@@ -119,6 +119,8 @@ class _StepsWatch:
             self.event(run)  # what is left to print (the teardown's tables)
             if self.show_lanes:
                 self.views[id(run)].final(lanes(run))
+        for note in outcome.notes:
+            print(f"({note})")
 
 
 def _repeats(values: list[str] | None) -> int | None:

@@ -320,10 +320,9 @@ class _PerfAttach(threading.Thread):
         self._finished = threading.Event()
 
     def begin(self, process: subprocess.Popen, application_name: str, connected: threading.Event) -> None:
-        """Attach once ``connected`` is set (pgbench's first progress line).
+        """Attach to the run's clients once they are all connected (``connected``: pgbench's first progress line).
 
-        By then every client has connected, and pgbench's own setup connection, which carries the
-        run's name too, is closed: perf attaches to the run's clients only.
+        pgbench's own setup connection, which carries the run's name too, is left out: see :meth:`run`.
         """
         self._process, self._application_name, self._connected = process, application_name, connected
         if self.follow is not None:
@@ -333,19 +332,20 @@ class _PerfAttach(threading.Thread):
 
     def run(self) -> None:
         assert self._process is not None
-        while not self._connected.wait(0.05):
-            if self._process.poll() is not None or self._finished.is_set():
-                self.reason = "the run ended before its first second: perf attached to nothing"
-                return
         try:
             with db.connect(self.conninfo, db.PROBE) as connection:
+                seen: set[int] = set()
                 while self._process.poll() is None and not self._finished.is_set():
-                    pids = [pid for (pid,) in connection.execute(query("run_backends_pids"),
-                                                                 {"application_name": self._application_name})]
-                    if len(pids) >= self.clients:
-                        self.recording = perf_module.Recording(pids).start()
+                    pids = {pid for (pid,) in connection.execute(query("run_backends_pids"),
+                                                                 {"application_name": self._application_name})}
+                    # pgbench's own setup connection carries the run's name too and closes just before its
+                    # clients connect: the clients are the set that stays the same, or that is there at its
+                    # first progress line (printed once they are all connected)
+                    if len(pids) == self.clients and (pids == seen or self._connected.is_set()):
+                        self.recording = perf_module.Recording(sorted(pids)).start()
                         return
-                    time.sleep(0.05)
+                    seen = pids
+                    time.sleep(0.1)
         except psycopg.Error as error:
             self.reason = f"perf could not find the run's backends ({db.message(error)}): wait events only"
 

@@ -132,11 +132,11 @@ def test_a_script_that_ends_while_a_step_waits_exits_at_once(lab, tmp_path):
 
 def test_the_steps_magic_prints_as_it_goes_and_keeps_the_outcome(lab, capsys):
     from IPython.core.error import UsageError as IPythonUsageError
-    from IPython.testing.globalipapp import start_ipython
+    from IPython.testing import globalipapp
 
     import labkit
 
-    shell = start_ipython()
+    shell = globalipapp.get_ipython()  # the one global shell: started by the first test that asks
     labkit.load_ipython_extension(shell)
     magics = shell.magics_manager.registry["LabMagics"]
     magics.steps('--permutation "s1u s2u s1c" --out seen', OWN)
@@ -170,3 +170,10 @@ def test_a_marker_is_not_drawn_as_a_lock_wait_and_a_timeout_is_released_by_nobod
     outcome = interleave.run(lab, spec, permutation="s1u s2t s1z s1c")  # s2t gives up while s1 sleeps
     timed = next(e for e in outcome.permutations[0].events if e.step == "s2t")
     assert timed.error == "ERROR:  canceling statement due to lock timeout" and timed.released_by is None
+
+
+def test_a_transaction_left_open_by_the_last_step_is_rolled_back_and_said(lab):
+    outcome = interleave.run(lab, OWN, permutation="s1u s2q")  # s1 began in its setup and never ends
+    assert outcome.notes == ["s1's transaction was still open at the end: rolled back, as the isolation tester's "
+                             "disconnect would (end it in a step of its own to keep what it did)."]
+    assert lab.sessions.open_transactions() == []

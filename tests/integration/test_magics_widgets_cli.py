@@ -7,7 +7,7 @@ import time
 
 import pytest
 from IPython.core.error import UsageError as IPythonUsageError
-from IPython.testing.globalipapp import start_ipython
+from IPython.testing import globalipapp
 
 import labkit
 from labkit.embedded import EmbeddedServer
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def shell(lab):
-    ip = start_ipython()
+    ip = globalipapp.get_ipython()  # the one global shell (start_ipython returns None after the first call)
     register_once(ip)
     register_once(ip)  # a second labkit.start() in the same kernel registers nothing more
     assert sum(isinstance(m, LabMagics) for m in ip.magics_manager.registry.values()) == 1

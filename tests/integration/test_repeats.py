@@ -35,9 +35,9 @@ def test_repeats_are_run_recorded_together_and_compared(lab):
 
 def test_the_magic_repeats_and_refuses_a_bad_count(lab):
     from IPython.core.error import UsageError as IPythonUsageError
-    from IPython.testing.globalipapp import start_ipython
+    from IPython.testing import globalipapp
 
-    shell = start_ipython()
+    shell = globalipapp.get_ipython()  # the one global shell: started by the first test that asks
     labkit.load_ipython_extension(shell)
     magics = shell.magics_manager.registry["LabMagics"]
     group = magics.pgbench("--name rep-magic -c 2 -T 1 --repeat 2", "select 1;")

@@ -94,7 +94,9 @@ def test_a_stall_and_the_overrun_it_causes(lab, hot_row):
     finally:
         release.cancel()
         lab.sessions.sessions.pop("stall-holder").close()
-    assert run.stalls and run.stalls[0]["start"] == 0.0 and run.stalls[0]["end"] >= 2.0
+    # the first second is the start, drawn apart: the stall counts from the steady phase's first second
+    assert run.stalls and run.stalls[0]["start"] == 1.0 and run.stalls[0]["end"] >= 2.0
+    assert run.phases["steady_from_s"] == 1.0 and run.to_frame("start")["tps"].iloc[0] == 0
     # every client waited on the holder's lock: the record (and the live chart) say who held it
     assert run.probes["held_by"] and {row["holders"] for row in run.probes["held_by"]} == {
         "stall-holder (idle in transaction)"}, run.probes.get("held_by")

@@ -35,8 +35,10 @@ def test_the_three_methods_ran_alike(lab_runs):
 
 
 def test_advisory_sells_more_per_second_than_plain(lab_runs):
-    runs = lab_runs("02-flash-sale", METHODS)
-    assert runs["advisory"].extra["goodput"] > runs["plain"].extra["goodput"]
+    """Over the repeats (their means), as the lab's verdict reads them: on 2 cores it stood at 1.8x (0.9x on one CPU)."""
+    lab_runs("02-flash-sale", METHODS)
+    groups = _groups()
+    assert groups["advisory"].mean("goodput") > groups["plain"].mean("goodput")
 
 
 def test_tps_counts_attempts_that_sold_nothing(lab_runs):
