@@ -102,6 +102,7 @@ def panel(lab, script: str | dict[str, str], *, name: str = "explore", clients: 
         for view in shown:  # the last run's live view, no longer in the panel
             view.close()
         views = []
+        result = None
         try:
             with output, live.nested() as views:
                 options = [item for label, value in values.items() for item in ("-D", f"{label}={value}")]
@@ -116,6 +117,9 @@ def panel(lab, script: str | dict[str, str], *, name: str = "explore", clients: 
                 result = lab.pgbench(text, name=run_name, clients=count, duration=seconds.value, options=options,
                                      probes=probes, live=True, work=work, mode=mode, repeats=times, after=each,
                                      setup=setup)
+            if result is None:  # the Output showed the error (it keeps a cell's exception in the panel)
+                message.value = f"<span style='color:#b00'>{run_name}: the run did not complete (the error is below).</span>"
+                return
             group = result if isinstance(result, records.Repeats) else records.Repeats([result])
             spread = group.spread("tps")
             ranged = f" ({spread[0]:,.0f}–{spread[1]:,.0f} over {len(group)} runs)" if len(group) > 1 and spread else ""
