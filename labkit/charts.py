@@ -21,7 +21,7 @@ from time import monotonic
 
 from . import style
 from .pgbench import Progress, find_stalls
-from .probes import CPU, HELD_BY, WORK, rate
+from .probes import CPU, HELD_BY, WORK, counted, rate
 from .records import Run
 from .records import order as records_order
 
@@ -616,6 +616,25 @@ def probe_over_time(runs: list[Run], probe: str, column: str, *, per: str | None
     return figure
 
 
+def probe_by_count(runs: list[Run], probe: str, part: str, whole: str, *, title: str | None = None):
+    """A counter probe's share ``part`` / ``whole`` interval by interval, against how many of ``whole``
+    each run had counted by then (HOT share against the updates done so far).
+
+    Runs that did different amounts of work are compared at the same amount, not at the same second.
+    """
+    go, _ = _go()
+    figure = style.apply(go.Figure())
+    for run in runs:
+        rows = run.probes.get(probe, [])
+        counts = counted(rows, whole)
+        points = [(count[whole], _ratio(row, f"{part}_per_s", f"{whole}_per_s")) for row, count in zip(rows, counts)]
+        points = [(x, y) for x, y in points if y is not None]
+        figure.add_trace(_probe_trace(run.label, [x for x, _ in points], [y for _, y in points], run_color(run)))
+    figure.update_layout(title=title or f"{probe}: {part} / {whole}", height=360,
+                         xaxis_title=f"{whole} so far (from the {probe} probe)", yaxis_title=f"{part} / {whole}")
+    return figure
+
+
 def _ratio(row: dict, column: str, per: str | None) -> float | None:
     """``row[column]``, or ``row[column] / row[per]``; None where either is missing or the divisor is 0.
 
@@ -773,10 +792,12 @@ def logs_beside(logs, runs: list[Run], *, by: list[str], title: str | None = Non
 
     ``logs`` is a frame with ``t`` and ``tps`` columns (e.g. from :func:`labkit.article.figures`);
     each distinct combination of the ``by`` columns is one line. Seconds at zero show as zero.
+    With no runs the article's logs are drawn alone, over the whole width.
     """
     go, make_subplots = _go()
-    figure = make_subplots(rows=1, cols=2, subplot_titles=["the article (its machine and version)",
-                                                           "this run (this machine)"])
+    columns = 2 if runs else 1  # the article's logs alone (no run yet) take the whole width
+    figure = make_subplots(rows=1, cols=columns, subplot_titles=["the article (its machine and version)",
+                                                                 "this run (this machine)"][:columns])
     style.apply(figure)
     for key, group in logs.groupby(by, sort=False):
         values = key if isinstance(key, tuple) else (key,)

@@ -116,6 +116,50 @@ def per_second(previous: dict | None, row: dict, counters: tuple[str, ...]) -> d
     return out
 
 
+def counted(rows: list[dict], *counters: str) -> list[dict]:
+    """A counter probe's samples with each counter back as its count since the first sample.
+
+    The probe stored each counter as ``<name>_per_s`` since the previous sample; this multiplies
+    each rate by its interval and adds them up. An interval without a rate (the first sample, a
+    reset) adds nothing.
+
+    >>> rows = [{"t": 0.0, "updates_per_s": None}, {"t": 2.0, "updates_per_s": 50.0}, {"t": 3.0, "updates_per_s": 10.0}]
+    >>> counted(rows, "updates")
+    [{'t': 0.0, 'updates': 0.0}, {'t': 2.0, 'updates': 100.0}, {'t': 3.0, 'updates': 110.0}]
+    """
+    out, totals, previous = [], dict.fromkeys(counters, 0.0), None
+    for row in rows:
+        for name in counters:
+            speed = row.get(f"{name}_per_s")
+            if previous is not None and isinstance(speed, (int, float)):
+                totals[name] += speed * (row["t"] - previous)
+        previous = row["t"]
+        out.append({"t": row["t"], **{name: round(totals[name], 6) for name in counters}})
+    return out
+
+
+def share_of_first(rows: list[dict], part: str, whole: str, count: float) -> float | None:
+    """The share of ``part`` among the first ``count`` of ``whole`` (say HOT updates among the first
+    10,000 updates), from a counter probe's samples: at the last sample that had counted no more than
+    ``count``. None if the probe never counted that many, or counted none by then.
+
+    Comparing runs at the same count, rather than over their whole length, takes out how far each
+    run got: a share that changes as a run goes on (HOT rising as pages are pruned) differs between a
+    short run and a long one for that reason alone.
+
+    >>> rows = [{"t": 0.0, "u_per_s": None, "h_per_s": None}, {"t": 1.0, "u_per_s": 100.0, "h_per_s": 10.0},
+    ...         {"t": 2.0, "u_per_s": 100.0, "h_per_s": 90.0}]
+    >>> share_of_first(rows, "h", "u", 100), share_of_first(rows, "h", "u", 200), share_of_first(rows, "h", "u", 300)
+    (0.1, 0.5, None)
+    """
+    counts = counted(rows, part, whole)
+    if not counts or counts[-1][whole] < count:
+        return None
+    reached = [row for row in counts if row[whole] <= count + 1e-6]
+    last = reached[-1] if reached else None
+    return None if not last or not last[whole] else last[part] / last[whole]
+
+
 WAIT_EVENTS = Probe("waits", query("wait_events"), 0.25, per_run=True)
 HELD_BY = "held_by"  # every client of the run waits for a lock held outside it: by whom
 HELD_BY_PROBE = Probe(HELD_BY, query("held_by"), 1.0, per_run=True,

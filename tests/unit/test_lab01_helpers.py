@@ -50,3 +50,28 @@ def test_a_probe_column_whose_first_sample_is_null_is_still_drawn():
               probes={"hot": [{"t": 0.0, "hot_ratio": None}, {"t": 1.0, "hot_ratio": 0.5}, {"t": 2.0, "hot_ratio": 0.25}]})
     traces = {trace.name: trace for trace in charts.timeline(run).data}
     assert list(traces["hot: hot_ratio"].y) == [None, 0.5, 0.25]
+
+
+def test_the_article_logs_alone_take_the_whole_width():
+    logs = article.figures("01-gin-pending-list")
+    alone = charts.logs_beside(logs[logs.release == "PostgreSQL 9.4"], [], by=["release", "clients"])
+    beside = charts.logs_beside(logs[logs.release == "PostgreSQL 9.4"],
+                                [Run("here", "nb", "ci", "now", per_second=[{"t": 1.0, "tps": 5.0}])], by=["release"])
+    assert alone.layout.xaxis.domain == (0.0, 1.0) and "xaxis2" not in alone.layout.to_plotly_json()
+    assert beside.layout.xaxis.domain[1] < 0.5 and "xaxis2" in beside.layout.to_plotly_json()
+    assert [a.text for a in alone.layout.annotations] == ["the article (its machine and version)"]
+
+
+def test_hot_shares_are_compared_at_the_same_number_of_updates():
+    from labkit import probes
+    # two runs: a short one still packed (10% HOT), a long one pruned later (HOT rising to 90%)
+    short = [{"t": 0.0, "updates_per_s": None, "hot_updates_per_s": None},
+             {"t": 1.0, "updates_per_s": 1000.0, "hot_updates_per_s": 100.0}]
+    long = short + [{"t": 2.0, "updates_per_s": 9000.0, "hot_updates_per_s": 8100.0}]
+    assert probes.share_of_first(short, "hot_updates", "updates", 1000) == 0.1
+    assert probes.share_of_first(long, "hot_updates", "updates", 1000) == 0.1  # equal at equal updates
+    assert probes.share_of_first(long, "hot_updates", "updates", 10_000) == 0.82  # its whole-run share
+    assert probes.share_of_first(short, "hot_updates", "updates", 10_000) is None  # never got that far
+    run = Run("r", "nb", "ci", "now", probes={"hot": long})
+    figure = charts.probe_by_count([run], "hot", "hot_updates", "updates")
+    assert list(figure.data[0].x) == [1000.0, 10000.0] and list(figure.data[0].y) == [0.1, 0.9]
