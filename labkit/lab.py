@@ -12,7 +12,7 @@ import time
 import psycopg
 from psycopg import sql as pgsql
 
-from . import db, pgbench, records, run_record, runner, units
+from . import db, pgbench, records, run_record, runner, serverlog, units
 from .backend import (
     SETTINGS_THAT_MATTER,
     Server,
@@ -330,6 +330,8 @@ class Lab:
             label = spec.name if not tags else f"{spec.name} ({tags['repeat']} of {tags['repeats']})"
             view = live_module.LiveView(label, spec.clients, live_module.probe_names(probes, work),
                                         planned_s=spec.duration_s)
+        log_file = getattr(self.server, "log_file", None)
+        log_start = serverlog.position(log_file)
         try:
             run = runner.PgbenchRunner(self._target()).run(spec, probes=probes, observer=view or observer,
                                                            work=work, perf=perf, tags=tags)
@@ -347,6 +349,8 @@ class Lab:
             if view is not None:
                 view.stopped(f"the run failed ({type(error).__name__}, below).")
             raise
+        # the waits the server logged (log_lock_waits): how many reached deadlock_timeout (None: no log here)
+        run.note(lock_waits_logged=serverlog.lock_waits(log_file, log_start))
         self.last_run = run
         if view is not None:
             view.finished(run)

@@ -1,0 +1,65 @@
+"""Lock waits the server itself logged during a run (``log_lock_waits``), read from its log file.
+
+With ``log_lock_waits`` on (every lab server has it), a backend whose lock wait reaches
+``deadlock_timeout`` runs the deadlock check and then logs ``process N still waiting for ... after
+X ms``; when it gets the lock it logs ``process N acquired ... after Y ms`` (``ProcSleep`` in
+src/backend/storage/lmgr/proc.c). So the count of "still waiting" lines is how many waits lasted
+``deadlock_timeout`` or longer, and how many times the deadlock check ran: a direct count that a
+sampled probe cannot give, and one a transaction's latency cannot either (a transaction can wait
+many times, each wait short).
+
+Only a server whose log labkit can read (the embedded one) gives these figures; elsewhere the
+record says so (None). The log is read from where it stood when the run began: lines that other
+sessions of the same server wrote meanwhile are counted too.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+STILL_WAITING = re.compile(r"process \d+ still waiting for (\w+) on (\w+)[^\n]* after ([\d.]+) ms")
+ACQUIRED = re.compile(r"process \d+ acquired (\w+) on (\w+)[^\n]* after ([\d.]+) ms")
+DEADLOCK = re.compile(r"ERROR:\s+deadlock detected")
+
+
+def position(log_file: Path | str | None) -> int | None:
+    """Where the log ends now (bytes), None when there is no log to read."""
+    try:
+        return Path(log_file).stat().st_size if log_file else None
+    except OSError:
+        return None
+
+
+def lock_waits(log_file: Path | str | None, since: int | None) -> dict | None:
+    """The lock-wait lines logged after ``since``: counts, and the longest wait a line reported.
+
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "server.log"
+    >>> _ = path.write_text("old line\\n")
+    >>> start = position(path)
+    >>> _ = path.write_text("old line\\n"
+    ...     "2026-11-26 LOG:  process 7 still waiting for ShareLock on transaction 9 after 1000.1 ms\\n"
+    ...     "2026-11-26 DETAIL:  Process holding the lock: 8. Wait queue: 7.\\n"
+    ...     "2026-11-26 LOG:  process 7 acquired ShareLock on transaction 9 after 1523.4 ms\\n")
+    >>> lock_waits(path, start)
+    {'still_waiting': 1, 'acquired': 1, 'deadlocks': 0, 'longest_wait_ms': 1523.4, 'by_lock': {'ShareLock on transaction': 1}}
+    >>> lock_waits(None, None) is None
+    True
+    """
+    if since is None or not log_file:
+        return None
+    try:
+        with open(log_file, "rb") as handle:
+            handle.seek(since)
+            text = handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    waiting = STILL_WAITING.findall(text)
+    acquired = ACQUIRED.findall(text)
+    by_lock: dict[str, int] = {}
+    for mode, kind, _ in waiting:
+        by_lock[f"{mode} on {kind}"] = by_lock.get(f"{mode} on {kind}", 0) + 1
+    longest = max((float(ms) for *_, ms in waiting + acquired), default=None)
+    return {"still_waiting": len(waiting), "acquired": len(acquired), "deadlocks": len(DEADLOCK.findall(text)),
+            "longest_wait_ms": longest, "by_lock": by_lock}
