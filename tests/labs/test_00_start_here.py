@@ -60,3 +60,24 @@ def test_with_t1_committed_first_t2_does_not_wait(tour_lab):
     assert all(e.waiting_s is None for e in run.events)
     assert "<waiting ...>" not in outcome.text
     assert events(run)["locks"][0].rows == []  # nobody holds or waits for a row lock any more
+
+
+def test_with_the_row_held_2_ms_spread_beats_same_row_beyond_the_spread(lab_runs):
+    """The lab's key comparison: each transaction holds its row 2 ms, so one row admits about 500 a second."""
+    from labkit import records
+    from labkit.verdict import compare
+
+    lab_runs("00-start-here", ["same-row", "spread", "same-row-locks"])
+    groups = records.latest_groups(records.list_runs(notebook="00-start-here"))
+    verdict = compare(groups["same-row"], groups["spread"], metric="tps")
+    assert verdict.stands and verdict.ratio > 2, verdict.sentence
+    assert all(run.tps < 520 for run in groups["same-row"])  # at most one 2 ms holder at a time
+    waits = records.waits_frame(list(groups["same-row"]))["same-row"]
+    assert waits.get("Lock: tuple", 0) + waits.get("Lock: transactionid", 0) > 1, waits
+
+
+def test_the_waiting_locks_probe_sees_the_queue(lab_runs):
+    run = lab_runs("00-start-here", ["same-row-locks"])["same-row-locks"]
+    samples = [row["waiting"] for row in run.probes["waiting_locks"]]
+    assert len(samples) >= 4 and sum(count > 0 for count in samples) > len(samples) / 2, samples
+    assert max(samples) <= run.clients - 1
