@@ -55,6 +55,18 @@ def test_the_table_grows_far_more_with_the_expression_index(lab_runs):
     assert with_index.extra["newpage_updates"] > runs["generated-column"].extra["newpage_updates"]
 
 
+def test_page_0_runs_out_of_line_pointers_with_bytes_to_spare(lab_runs):
+    """The notebook's own check after the expression-index runs: the page-search demonstration."""
+    run = lab_runs("04-hot-updates", RUNS)["expression-index"]
+    e = run.extra
+    assert {"page0_line_pointers", "page0_free_bytes", "page0_longest_tuple"} <= set(e), sorted(e)
+    if e["autovacuum_count"] == 0:  # nothing freed the pointers during the run
+        assert e["page0_line_pointers"] == 291  # MaxHeapTuplesPerPage with 8 kB pages
+        assert e["page0_free_bytes"] > (e["page0_longest_tuple"] or 0)  # bytes left, no pointer to give
+    else:
+        assert e["page0_line_pointers"] <= 291
+
+
 ARTICLE_SCRIPT = """\\set id random(1, 100000)
 \\set id2 random(1, 100000)
 update t5 set c1 = '{"valeur": ":id", "prenom": "guillaume"}' where c2 = 2;

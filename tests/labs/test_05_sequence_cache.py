@@ -9,7 +9,7 @@ from .steps import replay, tagged_steps
 
 pytestmark = pytest.mark.integration
 
-METHODS = ["nextval-cache1", "nextval-cache100", "bulk-cache1", "bulk-cache100", "bulk-sql-cache100"]
+METHODS = ["nextval-cache1", "nextval-cache100", "bulk-cache1", "bulk-cache100", "bulk-stable-cache100"]
 CI_CLIENTS = [1, 2, 4]
 
 
@@ -38,7 +38,7 @@ def test_the_cache_speeds_up_the_bulk_transaction(lab_runs):
 
 
 def test_the_profiled_runs_say_where_the_time_went_or_why_not(lab_runs):
-    names = ["profile-bulk-cache1", "profile-bulk-cache100", "profile-bulk-sql-cache100"]
+    names = ["profile-bulk-cache1", "profile-bulk-cache100", "profile-bulk-stable-cache100"]
     runs = lab_runs("05-sequence-cache", names)
     for run in (runs[name] for name in names):
         figures = run.extra["perf"]
@@ -56,10 +56,10 @@ def test_the_profiled_runs_say_where_the_time_went_or_why_not(lab_runs):
 def test_the_control_runs_beside_the_loop_at_every_client_count(lab_runs):
     # which one is faster is a timing, left to the run's ratio table (timings are not asserted:
     # shared machines are noisy); what must hold is that the two are measured alike
-    names = [f"{method}-c{count}" for count in CI_CLIENTS for method in ("bulk-cache100", "bulk-sql-cache100")]
+    names = [f"{method}-c{count}" for count in CI_CLIENTS for method in ("bulk-cache100", "bulk-stable-cache100")]
     groups = newest_repeats(lab_runs, "05-sequence-cache", names)
     for count in CI_CLIENTS:
-        loops, statements = groups[f"bulk-cache100-c{count}"], groups[f"bulk-sql-cache100-c{count}"]
+        loops, statements = groups[f"bulk-cache100-c{count}"], groups[f"bulk-stable-cache100-c{count}"]
         assert len(loops) == len(statements) >= 2  # as many repeats of each, so that their verdict is run to run
         for loop, statement in zip(loops, statements):
             assert (loop.clients, loop.jobs, loop.duration_s) == (statement.clients, statement.jobs,
@@ -67,9 +67,9 @@ def test_the_control_runs_beside_the_loop_at_every_client_count(lab_runs):
             assert loop.transactions > 0 and statement.transactions > 0
 
 
-def test_the_loop_takes_a_snapshot_per_call_and_the_statement_does_not(lab_runs):
-    runs = lab_runs("05-sequence-cache", ["profile-bulk-cache100", "profile-bulk-sql-cache100"])
-    loop, statement = runs["profile-bulk-cache100"], runs["profile-bulk-sql-cache100"]
+def test_the_loop_takes_a_snapshot_per_call_and_the_stable_copy_does_not(lab_runs):
+    runs = lab_runs("05-sequence-cache", ["profile-bulk-cache100", "profile-bulk-stable-cache100"])
+    loop, statement = runs["profile-bulk-cache100"], runs["profile-bulk-stable-cache100"]
     if not perf.recorded(loop) or loop.extra["perf"]["call_graph"] != "dwarf":
         pytest.skip("perf recorded no call chains on this machine: " + str(loop.extra["perf"].get("message")))
     under_assignment = sum(count for stack, count in loop.extra["perf"]["folded"].items()

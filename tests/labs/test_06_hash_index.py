@@ -59,6 +59,20 @@ def test_the_stand_in_queues_on_the_lock_manager_and_the_control_does_not(lab_ru
     assert manager["shared-lock"] > 0 and manager["no-lock"] == 0, waits
 
 
+def test_each_run_records_what_one_update_cost_the_server(lab_runs):
+    """The notebook's PER_UPDATE check (pg_stat_statements, reset at each rebuild), noted in every repeat."""
+    groups = newest_repeats(lab_runs, "06-hash-index", ["hash", "btree"])
+    for name in ("hash", "btree"):
+        for run in groups[name]:
+            e = run.extra
+            # every transaction's update was counted, and only this run's (reset before it)
+            assert run.transactions <= e["updates_counted"] <= run.transactions + run.clients, (name, e)
+            # a heap record and an entry in each of the two indexes: three records at least per update
+            assert 3 <= float(e["wal_records_per_update"]) < 6, (name, e)
+            assert float(e["wal_bytes_per_update"]) > 100 and float(e["server_us_per_update"]) > 0, (name, e)
+            assert float(e["buffers_per_update"]) >= 4, (name, e)  # the row's index lookup, heap pages, two indexes
+
+
 def test_every_hash_insertion_counts_itself_on_the_metapage(fresh_lab):
     lab = fresh_lab("test-06-metapage")
     lab.sql("""create extension if not exists pageinspect;
