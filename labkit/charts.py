@@ -617,10 +617,9 @@ def probe_over_time(runs: list[Run], probe: str, column: str, *, per: str | None
 
 
 def probe_by_count(runs: list[Run], probe: str, part: str, whole: str, *, title: str | None = None):
-    """A counter probe's share ``part`` / ``whole`` interval by interval, against how many of ``whole``
-    each run had counted by then (HOT share against the updates done so far).
+    """A counter probe's share ``part`` / ``whole``, interval by interval, against ``whole`` counted so far.
 
-    Runs that did different amounts of work are compared at the same amount, not at the same second.
+    Say the HOT share of each interval against the updates done by then. Runs that did different amounts of work are compared at the same amount, not at the same second.
     """
     go, _ = _go()
     figure = style.apply(go.Figure())

@@ -139,9 +139,10 @@ def counted(rows: list[dict], *counters: str) -> list[dict]:
 
 
 def share_of_first(rows: list[dict], part: str, whole: str, count: float) -> float | None:
-    """The share of ``part`` among the first ``count`` of ``whole`` (say HOT updates among the first
-    10,000 updates), from a counter probe's samples: at the last sample that had counted no more than
-    ``count``. None if the probe never counted that many, or counted none by then.
+    """The share of ``part`` among the first ``count`` of ``whole``, from a counter probe's samples.
+
+    Say HOT updates among the first 10,000 updates: read at the last sample that had counted no more
+    than ``count``. None if the probe never counted that many, or counted none by then.
 
     Comparing runs at the same count, rather than over their whole length, takes out how far each
     run got: a share that changes as a run goes on (HOT rising as pages are pruned) differs between a
