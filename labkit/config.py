@@ -67,6 +67,19 @@ def backend() -> str:
     return name
 
 
+def docker_base() -> str:
+    """LABKIT_DOCKER_BASE: the image the lab server's image is built on (default: the official postgres:18).
+
+    A machine without a registry builds it on a local stand-in (``docker/standins/build.sh``).
+    """
+    return os.environ.get("LABKIT_DOCKER_BASE", "").strip() or "postgres:18"
+
+
+def docker_publish_everywhere() -> bool:
+    """LABKIT_DOCKER_PUBLISH=all: the user accepts a remote engine publishing the lab server on every address."""
+    return os.environ.get("LABKIT_DOCKER_PUBLISH", "").strip().lower() == "all"
+
+
 def idle_stop_seconds() -> float:
     """LABKIT_IDLE_STOP: seconds the embedded server stays up once no kernel uses it."""
     return float(os.environ.get("LABKIT_IDLE_STOP", "600"))

@@ -3,8 +3,14 @@
 Only for machines with a Docker engine. When none answers, labkit says so within a few
 seconds instead of hanging. Each container gets a superuser password of its own, kept in a
 file only the user can read while it runs. On an engine of this machine its port is published
-on 127.0.0.1 only; an engine elsewhere (DOCKER_HOST) publishes it on every address of its host,
-which labkit says in a warning when it starts the container.
+on 127.0.0.1 only. An engine elsewhere (DOCKER_HOST) could only publish it on every address of
+its host, out of this machine's loopback: labkit refuses that unless the user asks for it
+(LABKIT_DOCKER_PUBLISH=all), and warns when it does.
+
+The image is built on ``postgres:18`` (LABKIT_DOCKER_BASE names another: a mirror, or the local
+stand-in that ``docker/standins/build.sh`` makes where no registry can be reached). Where the
+base image is neither in the engine's store nor to be had from a registry, :func:`base_problem`
+says so in one line, before any build is tried.
 """
 
 from __future__ import annotations
@@ -65,6 +71,40 @@ def engine_problem(timeout: float = 3.0) -> str | None:
     if system != "linux":  # Docker on a Windows host in Windows-containers mode cannot run postgres:18
         return f"the Docker engine at {host} runs {system} containers; the lab image needs Linux containers"
     return None
+
+
+def base_problem(base: str | None = None, timeout: float = 10.0) -> str | None:
+    """None when the lab image's base is in the engine's store or a registry offers it, else why not.
+
+    Asks the engine only (no pull): its local store first, then the registry through the engine's
+    own network, which fails at once on a machine that cannot reach one.
+    """
+    base = base or config.docker_base()
+    from testcontainers.core.docker_client import DockerClient
+
+    import docker
+
+    client = None
+    try:
+        client = DockerClient(timeout=timeout).client
+        try:
+            client.images.get(base)
+            return None
+        except docker.errors.ImageNotFound:
+            pass
+        try:
+            client.api.inspect_distribution(base)
+            return None
+        except Exception as error:  # noqa: BLE001 - no registry, no such image, no credentials
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            return (f"the base image {base} is not in the Docker engine's store and no registry offers it "
+                    f"({first[:140]}): build the local stand-in (docker/standins/build.sh) and set "
+                    f"LABKIT_DOCKER_BASE, or pull {base} where a registry can be reached")
+    except Exception as error:  # noqa: BLE001 - the engine went away
+        return f"the Docker engine did not answer: {str(error)[:120]}"
+    finally:
+        if client is not None:
+            client.close()
 
 
 def container_environment(profile: Profile, password: str) -> dict[str, str]:
@@ -162,14 +202,28 @@ class DockerServer(Server):
             context = docker_dir()
         except FileNotFoundError as missing:
             raise ServerStartFailed(str(missing)) from None
-        image = DockerImage(path=str(context), tag=IMAGE_TAG)
-        image.build()
+        local = _local_engine()
+        if not local and not config.docker_publish_everywhere():
+            raise ServerStartFailed(
+                "LABKIT_BACKEND=docker with an engine on another machine (DOCKER_HOST): its container could only be "
+                "published on every address of that host, beyond this machine's reach of its loopback. Set "
+                "LABKIT_DOCKER_PUBLISH=all to accept that (anyone who reaches the host may then try the password), "
+                "or use an engine on this machine.")
+        missing_base = base_problem()
+        if missing_base:
+            raise ServerStartFailed(f"Cannot build the lab server's image: {missing_base}.")
+        image = DockerImage(path=str(context), tag=IMAGE_TAG, buildargs={"BASE_IMAGE": config.docker_base()})
+        try:
+            image.build()
+        except Exception as error:  # noqa: BLE001 - docker-py raises BuildError, APIError ...
+            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise ServerStartFailed(f"Could not build the lab server's image on {config.docker_base()}: "
+                                    f"{first[:300]}") from None
         self._new_password()
         self.container = PostgresContainer(IMAGE_TAG, username="postgres", password=self.password, dbname="postgres",
                                            driver=None)
         for name, value in container_environment(profile, self.password).items():
             self.container.with_env(name, value)
-        local = _local_engine()
         if local:
             # Docker publishes on every address by default; the lab server answers this machine only.
             self.container.ports[str(self.container.port)] = ("127.0.0.1", None)  # type: ignore[assignment]  # docker-py takes (address, port)
@@ -184,8 +238,8 @@ class DockerServer(Server):
                                     detail=detail) from None
         if not local:  # 127.0.0.1 there would be that host's own loopback, out of labkit's reach
             warnings.warn(f"The lab server's container is published on every address of the Docker host, at "
-                          f"{self._address()} (DOCKER_HOST is not this machine): anyone who reaches that host may "
-                          f"try its password (in {self.password_file}).", stacklevel=2)
+                          f"{self._address()} (DOCKER_HOST is not this machine, LABKIT_DOCKER_PUBLISH=all): anyone "
+                          f"who reaches that host may try its password (in {self.password_file}).", stacklevel=2)
         # A kernel that ends normally removes its container itself; Ryuk covers a killed one.
         atexit.register(self._stop_at_exit)
         return True

@@ -107,7 +107,7 @@ def compare(a_runs: list[Run] | Run, b_runs: list[Run] | Run, *, metric: str = "
     >>> print(compare(runs("plain", 100, 110, 105), runs("skip", 300, 330, 320)))
     skip / plain, tps: 3.02× (2.73–3.30× across 3 and 3 runs): beyond the run-to-run spread.
     >>> print(compare(runs("plain", 100, 130), runs("skip", 120, 125)))
-    skip / plain, tps: 1.07× (0.92–1.25× across 2 and 2 runs, a first look: 3 or more say more): within noise here: repeat, lengthen the runs, or use the laptop profile.
+    skip / plain, tps: 1.07× (0.92–1.25× across 2 and 2 runs, a first look: 3 or more say more): within noise here: repeat, or lengthen the runs, or use the laptop profile.
     """
     a_all = [a_runs] if isinstance(a_runs, Run) else list(a_runs)
     b_all = [b_runs] if isinstance(b_runs, Run) else list(b_runs)
@@ -141,16 +141,17 @@ def compare(a_runs: list[Run] | Run, b_runs: list[Run] | Run, *, metric: str = "
     apart = b_low > a_high or a_low > b_high
     stands = basis != "unknown" and apart and abs(b_mean - a_mean) > margin * max(a_high - a_low, b_high - b_low)
     spread = "" if low is None or high is None else f"{low:.2f}–{high:.2f}× "
+    # the larger profile is advice only where the runs are of the smallest one
+    larger = ", or use the laptop profile" if {run.profile for run in [*a_all, *b_all]} <= {"ci"} else ""
     if basis == "repeats":
         counted = f"across {len(a_values)} and {len(b_values)} runs" + (
             ", a first look: 3 or more say more" if fewest < 3 else "")
         judged = "beyond the run-to-run spread" if stands else (
-            "within noise here: repeat, lengthen the runs, or use the laptop profile")
+            f"within noise here: repeat, or lengthen the runs{larger}")
     elif basis == "seconds":
         counted = "one run of at least one side: its spread is second to second"
         judged = ("beyond the second-to-second spread, but one run says nothing of run-to-run noise: repeat to be sure"
-                  if stands else "within the second-to-second spread: repeat, lengthen the runs, or use the laptop "
-                                 "profile")
+                  if stands else f"within the second-to-second spread: repeat, or lengthen the runs{larger}")
     else:
         spread, counted = "", "one run of at least one side, with no per-second figures"
         judged = "its spread is unknown, so this says nothing sure: repeat the runs"

@@ -10,12 +10,14 @@ import sys
 import pytest
 
 import labkit
-from labkit.docker_backend import engine_problem
+from labkit.docker_backend import base_problem, engine_problem
 from tests import utf8_child
 
-PROBLEM = engine_problem()
+# an engine, and the lab image's base in its store or a registry (where neither: one line says which)
+PROBLEM = engine_problem() or base_problem()
 pytestmark = [pytest.mark.integration, pytest.mark.docker,
-              pytest.mark.skipif(PROBLEM is not None, reason=f"LABKIT_BACKEND=docker needs an engine: {PROBLEM}")]
+              pytest.mark.skipif(PROBLEM is not None, reason=f"LABKIT_BACKEND=docker needs an engine and "
+                                                             f"its base image: {PROBLEM}")]
 
 
 @pytest.fixture(scope="module")

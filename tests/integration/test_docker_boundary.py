@@ -73,15 +73,21 @@ def fake_engine(monkeypatch):
     import testcontainers.core.image
 
     class FakeImage:
-        def __init__(self, path, tag):
-            self.path, self.tag = path, tag
+        made = []
+
+        def __init__(self, path, tag, **build_options):
+            self.path, self.tag, self.options = path, tag, build_options
+            FakeImage.made.append(self)
 
         def build(self):
             return self
 
     FakeContainer.made.clear()
     monkeypatch.setattr(docker_backend, "engine_problem", lambda timeout=3.0: None)
+    monkeypatch.setattr(docker_backend, "base_problem", lambda base=None, timeout=10.0: None)
     monkeypatch.setattr(docker_backend, "_local_engine", lambda: True)
+    FakeContainer.images = FakeImage.made
+    FakeImage.made.clear()
     monkeypatch.setattr(testcontainers.core.image, "DockerImage", FakeImage)
     monkeypatch.setattr(testcontainers.community.postgres, "PostgresContainer", FakeContainer)
     return FakeContainer.made
@@ -96,6 +102,46 @@ def test_the_server_gets_its_settings_where_alter_system_can_change_them(fake_en
         assert container.env == container_environment(Profile.named("laptop"), server.password)
         assert "max_connections = '600'" in container.env["LABKIT_SETTINGS"].splitlines()
         assert container.ports == {"5432": ("127.0.0.1", None)}  # this machine only
+        (image,) = FakeContainer.images
+        assert image.options == {"buildargs": {"BASE_IMAGE": "postgres:18"}}  # the official image by default
+    finally:
+        server.stop()
+
+
+def test_the_base_image_can_be_a_local_stand_in(fake_engine, monkeypatch):
+    monkeypatch.setenv("LABKIT_DOCKER_BASE", "pg-concurrency-labs-standin/postgres:18")
+    server = DockerServer()
+    assert server.start(Profile.named("ci"))
+    try:
+        (image,) = FakeContainer.images
+        assert image.options == {"buildargs": {"BASE_IMAGE": "pg-concurrency-labs-standin/postgres:18"}}
+    finally:
+        server.stop()
+
+
+def test_a_missing_base_image_is_said_before_any_build(fake_engine, monkeypatch):
+    monkeypatch.setattr(docker_backend, "base_problem",
+                        lambda base=None, timeout=10.0: "the base image postgres:18 is not in the Docker engine's store")
+    with pytest.raises(ServerStartFailed, match="Cannot build the lab server's image: the base image postgres:18"):
+        DockerServer().start(Profile.named("ci"))
+    assert FakeContainer.images == [] and fake_engine == []
+
+
+def test_a_remote_engine_publishes_nothing_unless_asked(fake_engine, monkeypatch):
+    monkeypatch.setattr(docker_backend, "_local_engine", lambda: False)
+    monkeypatch.delenv("LABKIT_DOCKER_PUBLISH", raising=False)
+    with pytest.raises(ServerStartFailed, match="LABKIT_DOCKER_PUBLISH=all"):
+        DockerServer().start(Profile.named("ci"))
+    assert fake_engine == []  # no container was made
+    monkeypatch.setenv("LABKIT_DOCKER_PUBLISH", "all")
+    monkeypatch.setattr(FakeContainer, "get_container_host_ip", lambda self: "203.0.113.7", raising=False)
+    monkeypatch.setattr(FakeContainer, "get_exposed_port", lambda self, port: 49153, raising=False)
+    server = DockerServer()
+    with pytest.warns(UserWarning, match="published on every address of the Docker host"):
+        assert server.start(Profile.named("ci"))
+    try:
+        (container,) = fake_engine
+        assert container.ports == {}  # asked for: every address of that host
     finally:
         server.stop()
 

@@ -81,3 +81,6 @@ def test_the_waiting_locks_probe_sees_the_queue(lab_runs):
     samples = [row["waiting"] for row in run.probes["waiting_locks"]]
     assert len(samples) >= 4 and sum(count > 0 for count in samples) > len(samples) / 2, samples
     assert max(samples) <= run.clients - 1
+    # the split of the waits for a transaction id, from one read of pg_locks per sample
+    for row in run.probes["waiting_locks"]:
+        assert row["tuple_waiters"] + row["xid_first_in_line"] + row["xid_by_chain"] <= row["waiting"], row

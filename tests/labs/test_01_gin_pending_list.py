@@ -12,7 +12,7 @@ from .steps import steps_spec
 
 pytestmark = pytest.mark.integration
 
-RUNS = ["pending-64kB", "pending-128MB", "fillfactor-50", "fastupdate-off"]
+RUNS = ["pending-64kB", "pending-4MB", "pending-128MB", "fillfactor-50", "fastupdate-off"]
 COMPARED = ["pending-64kB", "pending-128MB", "fastupdate-off"]  # repeated: the lab's verdicts are on these
 FIGURES = {"stall_seconds", "max_latency_ms", "overrun_s", "hot_ratio", "pending_pages_max",
            "oldest_xact_s_max", "table_mb", "gin_mb"}
@@ -151,3 +151,18 @@ def test_exercise_6_a_snapshot_alone_leaves_the_horizon_as_this_backend_last_com
     (run,) = lab.steps(spec, permutation="t1_open t2_update1 t2_update2 t1_commit t2_read t2_page t2_update3 "
                                          "t2_page").permutations
     assert page(run.events[5].rows)["1"][0] == "redirect to 4"  # without that read: pruned
+
+
+def test_the_hot_shares_are_compared_at_equal_updates(lab_runs):
+    """What the lab's verdict cell reads: each run's HOT share over the first updates every run reached."""
+    from labkit.probes import counted, share_of_first
+
+    runs = lab_runs("01-gin-pending-list", RUNS)
+    groups = records.latest_groups(records.list_runs(notebook="01-gin-pending-list"))
+    every = [run for name in RUNS for run in groups[name]]
+    equal = min(counted(run.probes["hot"], "updates")[-1]["updates"] for run in every)
+    assert equal > 1000
+    shares = {run.name: share_of_first(run.probes["hot"], "hot_updates", "updates", equal) for run in every}
+    assert all(share is not None and 0 <= share <= 1 for share in shares.values()), shares
+    assert shares["fillfactor-50"] > shares["pending-64kB"]  # room on every page against a held-back horizon
+    assert runs["pending-4MB"].extra["pending_pages_max"] > 0

@@ -233,3 +233,12 @@ def test_each_plain_run_counts_the_waits_that_reached_the_deadlock_timeout(lab_r
         # a logged wait lasted at least deadlock_timeout, and no transaction is shorter than its waits
         if logged["still_waiting"]:
             assert logged["longest_wait_ms"] >= 1000
+
+
+def test_a_holder_kept_2_s_makes_waits_reach_the_deadlock_timeout(lab_runs):
+    """The notebook's plain-held-2s cell: waits that do run the deadlock check, counted from the server's log."""
+    run = lab_runs("02-flash-sale", ["plain-held-2s"])["plain-held-2s"]
+    logged = run.extra["lock_waits_logged"]
+    assert logged["still_waiting"] >= run.clients // 2, logged  # most clients were waiting when the second passed
+    assert logged["longest_wait_ms"] >= 1000 and logged["deadlocks"] == 0, logged
+    assert run.failures == 0 and not run.errors
