@@ -53,7 +53,8 @@ def test_neither_index_takes_a_heavyweight_page_lock(lab_runs):
 
 
 def test_the_stand_in_queues_on_the_lock_manager_and_the_control_does_not(lab_runs):
-    runs = lab_runs("06-hash-index", ["shared-lock", "no-lock"])
+    runs = lab_runs("06-hash-index", ["shared-lock", "own-key", "no-lock"])
+    assert "'own'" in runs["own-key"].scripts[0]["text"] and runs["own-key"].failures == 0
     waits = waits_frame([runs["shared-lock"], runs["no-lock"]])
     manager = waits.loc["LWLock: LockManager"] if "LWLock: LockManager" in waits.index else {"shared-lock": 0, "no-lock": 0}
     assert manager["shared-lock"] > 0 and manager["no-lock"] == 0, waits
