@@ -43,7 +43,8 @@ if ! have "$prefix/postgres:18"; then
 fi
 
 if ! have "$prefix/python:3-slim"; then
-    mkdir "$work/python"
+    mkdir -p "$work/python/extra-ca"
+    cp /usr/local/share/ca-certificates/*.crt "$work/python/extra-ca/" 2>/dev/null || true
     docker build --quiet --tag "$prefix/python:3-slim" --build-arg "BASE=$prefix/debian:$suite" \
         --file "$here/python.Dockerfile" "$work/python" >/dev/null
 fi
