@@ -89,7 +89,8 @@ def test_the_expression_index_keeps_every_pointer_in_posting_lists_and_the_c2_in
     rows = outcome.frame.set_index("index")
     expression, c2 = rows.loc["t5_expr_idx"], rows.loc["t5_c2_idx"]
     # no bottom-up deletion for the expression index (c1 changes): one pointer per version, most in posting lists
-    assert expression.row_pointers >= updates and expression.posting_lists > 0
+    # (an update whose random value repeats the old one, about 1 in 100,000, can be HOT and add none)
+    assert expression.row_pointers >= updates - updates // 1000 and expression.posting_lists > 0
     assert expression.row_pointers > 10 * expression["items"]
     # bottom-up deletion keeps the c2 index to a page, far from one entry per update
     assert c2.leaf_pages <= 2 and c2.row_pointers < updates / 10

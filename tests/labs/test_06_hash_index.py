@@ -96,7 +96,8 @@ def lock_lab(fresh_lab):
 def test_the_lock_steps_grant_both_shared_locks_and_make_the_exclusive_one_wait_for_them(lock_lab):
     spec = steps_spec("06-hash-index", "lock-steps")
     (standin,) = tagged_steps("06-hash-index", "standin")  # the runs under load take the same lock, on the same key
-    assert "perform pg_advisory_lock_shared(1);" in standin.sql and "select pg_advisory_lock_shared(1);" in spec
+    assert "when 'one' then 1" in standin.sql and "perform pg_advisory_lock_shared(k);" in standin.sql
+    assert "select pg_advisory_lock_shared(1);" in spec
     outcome = lock_lab.steps(spec)
     (run,) = outcome.permutations
     both, queued = [event.rows for event in run.events if event.step == "locks"]

@@ -115,7 +115,7 @@ def engine(monkeypatch, tmp_path):
     from labkit import docker_backend
 
     class FakeImage:
-        def __init__(self, path, tag):
+        def __init__(self, path, tag, **build_options):
             pass
 
         def build(self):
@@ -124,6 +124,7 @@ def engine(monkeypatch, tmp_path):
     FakeContainer.made.clear()
     monkeypatch.setenv("LABKIT_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(docker_backend, "engine_problem", lambda timeout=3.0: None)
+    monkeypatch.setattr(docker_backend, "base_problem", lambda base=None, timeout=10.0: None)
     monkeypatch.setattr(docker_backend, "_local_engine", lambda: True)
     monkeypatch.setattr(testcontainers.core.image, "DockerImage", FakeImage)
     monkeypatch.setattr(testcontainers.community.postgres, "PostgresContainer", FakeContainer)
@@ -165,6 +166,7 @@ def test_a_local_engine_publishes_on_this_machine_only_and_says_nothing(engine, 
 
 def test_a_remote_engine_says_in_one_line_where_the_server_is_published(engine, monkeypatch):
     monkeypatch.setattr(engine, "_local_engine", lambda: False)
+    monkeypatch.setenv("LABKIT_DOCKER_PUBLISH", "all")  # asked for (without it: refused, test_docker_boundary)
     server = engine.DockerServer()
     with pytest.warns(UserWarning) as said:
         server.start(Profile.named("ci"))
