@@ -83,6 +83,7 @@ def fake_engine(monkeypatch):
             return self
 
     FakeContainer.made.clear()
+    monkeypatch.delenv("LABKIT_DOCKER_BASE", raising=False)  # the default base, whatever the machine set
     monkeypatch.setattr(docker_backend, "engine_problem", lambda timeout=3.0: None)
     monkeypatch.setattr(docker_backend, "base_problem", lambda base=None, timeout=10.0: None)
     monkeypatch.setattr(docker_backend, "_local_engine", lambda: True)
