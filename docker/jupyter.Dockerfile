@@ -3,7 +3,7 @@
 # server through LABKIT_DSN, set by the compose file.
 # PYTHON_IMAGE: the official image by default; where no registry can be reached, the local
 # stand-in that docker/standins/build.sh makes (pg-concurrency-labs-standin/python:3-slim).
-ARG PYTHON_IMAGE=python:3.12-slim
+ARG PYTHON_IMAGE=python:3.12-slim-trixie
 FROM ${PYTHON_IMAGE}
 
 RUN useradd --create-home lab
@@ -12,7 +12,7 @@ COPY --chown=lab:lab pyproject.toml README.md ./
 COPY --chown=lab:lab labkit ./labkit
 COPY --chown=lab:lab data ./data
 # the lab server's image files: pyproject.toml ships them in the package (labkit/docker)
-COPY --chown=lab:lab docker/Dockerfile ./docker/
+COPY --chown=lab:lab docker/Dockerfile docker/entrypoint.sh ./docker/
 COPY --chown=lab:lab docker/initdb ./docker/initdb
 COPY --chown=lab:lab notebooks ./notebooks
 RUN pip install --no-cache-dir -e . && mkdir -p /home/lab/.local/share/labkit && chown -R lab:lab /home/lab

@@ -6,6 +6,7 @@
 | LABKIT_HOME       | the embedded server's home (cluster, log, socket, state)     |
 | LABKIT_RESULTS    | where run records are saved                                  |
 | LABKIT_DSN        | use this existing server instead of the embedded one         |
+| LABKIT_PASSWORD_FILE | the password for LABKIT_DSN, read from this file's first line |
 | LABKIT_BACKEND    | embedded (default), external (implied by LABKIT_DSN), docker |
 | LABKIT_IDLE_STOP  | seconds the embedded server stays up once no kernel uses it  |
 | LABKIT_PG_BIN     | a folder with another PostgreSQL's binaries (postgres, pg_ctl, initdb, pgbench) |

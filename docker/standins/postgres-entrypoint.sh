@@ -10,7 +10,10 @@ if [ "${1:-}" = postgres ] && [ "$(id -u)" = 0 ]; then
     exec setpriv --reuid=postgres --regid=postgres --init-groups "$0" "$@"
 fi
 if [ "${1:-}" = postgres ] && [ ! -s "$PGDATA/PG_VERSION" ]; then
-    : "${POSTGRES_PASSWORD:?the stand-in image needs POSTGRES_PASSWORD}"
+    if [ -n "${POSTGRES_PASSWORD_FILE:-}" ]; then
+        POSTGRES_PASSWORD="$(cat "$POSTGRES_PASSWORD_FILE")"
+    fi
+    : "${POSTGRES_PASSWORD:?the stand-in image needs POSTGRES_PASSWORD or POSTGRES_PASSWORD_FILE}"
     user="${POSTGRES_USER:-postgres}"
     pwfile="$(mktemp)"
     printf '%s\n' "$POSTGRES_PASSWORD" > "$pwfile"

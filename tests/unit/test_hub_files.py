@@ -27,5 +27,8 @@ def test_the_image_runs_the_config_it_copies_and_the_compose_file_builds_that_im
     workdir = re.search(r"^WORKDIR (\S+)", dockerfile, re.MULTILINE).group(1)
     assert f'"{workdir}/{copied.lstrip("./")}jupyterhub_config.py"' in dockerfile.splitlines()[-1]
     service = yaml.safe_load((HUB / "compose.yaml").read_text(encoding="utf-8"))["services"]["hub"]
-    assert service["build"] == {"context": "../..", "dockerfile": "docker/hub/Dockerfile"}
+    assert service["build"] == {"context": "../..", "dockerfile": "docker/hub/Dockerfile",
+                                # the official base unless LABKIT_DOCKER_PYTHON names a stand-in
+                                "args": {"PYTHON_IMAGE": "${LABKIT_DOCKER_PYTHON:-python:3.12-slim-trixie}"}}
+    assert re.search(r"^ARG PYTHON_IMAGE=python:3.12-slim-trixie$", dockerfile, re.MULTILINE)
     assert service["ports"] == ["127.0.0.1:8000:8000"]  # nothing on the network unless the instructor says so

@@ -9,6 +9,7 @@ import re
 import stat
 from pathlib import Path
 
+import psycopg.conninfo
 import pytest
 import yaml
 
@@ -179,3 +180,46 @@ def test_a_remote_engine_says_in_one_line_where_the_server_is_published(engine, 
         assert server.status().listens.startswith("docker.example.test:49153 ")
     finally:
         server.stop()
+
+
+def test_the_classroom_publishes_no_database_port_and_writes_no_password():
+    services = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))["services"]
+    postgres, jupyter = services["postgres"], services["jupyter"]
+    assert "ports" not in postgres and "network_mode" not in postgres
+    assert jupyter["ports"] == ["127.0.0.1:${LABKIT_JUPYTER_PORT:-8888}:8888"]
+    assert "POSTGRES_PASSWORD" not in postgres["environment"]
+    assert "password" not in psycopg.conninfo.conninfo_to_dict(jupyter["environment"]["LABKIT_DSN"])
+    # the server makes the password file; the jupyter container only reads it
+    secret = postgres["environment"]["POSTGRES_PASSWORD_FILE"]
+    assert jupyter["environment"]["LABKIT_PASSWORD_FILE"] == secret
+    assert f"secret:{Path(secret).parent.as_posix()}" in postgres["volumes"]
+    assert f"secret:{Path(secret).parent.as_posix()}:ro" in jupyter["volumes"]
+
+
+@pytest.mark.posix
+def test_the_image_entrypoint_makes_a_password_file_once(tmp_path):
+    """docker/entrypoint.sh with the postgres image's entrypoint replaced by one that prints what it gets."""
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker-entrypoint.sh").write_text('#!/bin/sh\necho "official: $*"\n', encoding="utf-8")
+    (bin_dir / "docker-entrypoint.sh").chmod(0o755)
+    secret = tmp_path / "a secret folder" / "password"
+
+    def start(**environment):
+        return subprocess.run(["sh", str(ROOT / "docker" / "entrypoint.sh"), "postgres", "-c", "x=1"],
+                              env={"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", **environment},
+                              capture_output=True, encoding="utf-8", check=True).stdout
+
+    assert start(POSTGRES_PASSWORD="given") == "official: postgres -c x=1\n"
+    assert not secret.parent.exists()  # without POSTGRES_PASSWORD_FILE nothing is made
+    assert start(POSTGRES_PASSWORD_FILE=str(secret)) == "official: postgres -c x=1\n"
+    first = secret.read_text(encoding="ascii")
+    assert re.fullmatch(r"[0-9a-f]{64}", first)
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o444
+    start(POSTGRES_PASSWORD_FILE=str(secret))
+    assert secret.read_text(encoding="ascii") == first  # kept: the cluster was made with it
+    other = tmp_path / "other" / "password"
+    start(POSTGRES_PASSWORD_FILE=str(other))
+    assert other.read_text(encoding="ascii") != first

@@ -45,7 +45,7 @@ def wheel(tmp_path_factory):
 def test_the_wheel_carries_what_labkit_reads_at_run_time(wheel):
     path, _ = wheel
     names = set(zipfile.ZipFile(path).namelist())
-    for shipped in ("labkit/docker/Dockerfile", "labkit/docker/initdb/labkit-settings.sh",
+    for shipped in ("labkit/docker/Dockerfile", "labkit/docker/entrypoint.sh", "labkit/docker/initdb/labkit-settings.sh",
                     "labkit/data/02-flash-sale.csv", "labkit/sql/connections.sql", "labkit/js/live_figure.js"):
         assert shipped in names, f"{shipped} is not in {path.name}"
     for source in (ROOT / "data").glob("*.csv"):
@@ -98,4 +98,7 @@ def test_an_image_that_installs_the_project_copies_every_folder_it_builds_from(d
                if not any(folder == source or folder.startswith(source + "/") or source.startswith(folder + "/")
                           for source in (source.rstrip("/") for source in copied))]
     assert missing == [], f"{dockerfile} does not copy {missing}"
+    # and the lab server image's own files, which labkit builds from (LABKIT_BACKEND=docker)
+    image_files = [f"docker/{name}" for name in PYPROJECT["tool"]["setuptools"]["package-data"]["labkit.docker"]]
+    assert [name for name in image_files if name not in copied] == []
     assert sorted(package_folders()) == ["data", "docker", "docker/initdb", "labkit", "labkit/js", "labkit/sql"]
