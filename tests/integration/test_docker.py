@@ -10,6 +10,7 @@ import sys
 import pytest
 
 import labkit
+from labkit.backend import lab_settings
 from labkit.docker_backend import base_problem, engine_problem
 from tests import utf8_child
 
@@ -37,6 +38,26 @@ def test_the_image_has_the_lab_settings_and_extensions(docker_lab):
     assert docker_lab.value("show server_version_num").startswith("18")
     assert "pg_stat_statements" in docker_lab.value("show shared_preload_libraries")
     assert docker_lab.value("select count(*) from pg_extension where extname in ('pageinspect', 'pgstattuple')") == 2
+
+
+def test_the_container_has_every_setting_of_the_profile(docker_lab):
+    """max_connections and shared_buffers (the profile's sizes) as well as the settings every profile shares."""
+    wanted = lab_settings(docker_lab.profile, "linux")
+    assert {name: docker_lab.value(f"show {name}") for name in wanted} == {
+        name: value.strip("'") for name, value in wanted.items()}
+    assert not [message for message in docker_lab.messages if "did not apply" in message], docker_lab.messages
+
+
+def test_a_setting_that_needs_a_restart_restarts_the_same_container(docker_lab):
+    container = docker_lab.server.container.get_wrapped_container().id
+    before = int(docker_lab.value("show max_connections"))
+    try:
+        docker_lab.set(max_connections=before + 7)
+        assert int(docker_lab.value("show max_connections")) == before + 7  # ALTER SYSTEM, kept by the restart
+        assert docker_lab.server.container.get_wrapped_container().id == container
+    finally:
+        docker_lab.set(max_connections=before)
+    assert int(docker_lab.value("show max_connections")) == before
 
 
 def test_starting_again_in_the_same_process_reuses_the_container(docker_lab):
