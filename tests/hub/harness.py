@@ -431,3 +431,72 @@ for key, path in (("home", other["home"]), ("results", other["results"]), ("data
         outcome[key] = type(error).__name__
 print(json.dumps(outcome))
 """
+
+
+IMAGE = "pg-concurrency-labs-hub"  # docker/hub/compose.yaml's tag
+IMAGE_CONFIG = "/opt/pg-concurrency-labs/docker/hub/jupyterhub_config.py"  # where docker/hub/Dockerfile puts it
+
+
+@dataclass
+class ContainerHub(Hub):
+    """The hub image (docker/hub/Dockerfile) run as docker/hub/compose.yaml runs it, with an admin service token.
+
+    Its own configuration (the image's default authenticator: students choose a password at first
+    login), with one service added for the test; published on 127.0.0.1 only.
+    """
+
+    name: str = field(default_factory=lambda: f"labkit-test-hub-{secrets.token_hex(4)}")
+
+    def _start(self) -> Hub:
+        self.folder.chmod(0o755)  # the container's hub (root) reads the wrapper
+        wrapper = self.folder / "test_config.py"
+        wrapper.write_text(
+            f"load_subconfig({IMAGE_CONFIG!r})\n"
+            f"c.JupyterHub.services.append({{'name': 'labkit-test', 'api_token': {self.token!r}}})\n"
+            "c.JupyterHub.load_roles.append({'name': 'admin', 'services': ['labkit-test']})\n", encoding="utf-8")
+        wrapper.chmod(0o644)
+        settings = [option for name, value in {"LABKIT_HUB_PROFILE": "ci", **self.settings}.items()
+                    for option in ("--env", f"{name}={value}")]
+        subprocess.run(["docker", "run", "--detach", "--name", self.name, "--publish", f"127.0.0.1:{self.port}:8000",
+                        "--shm-size", "1g", *settings, "--volume", f"{wrapper}:/srv/test_config.py:ro",
+                        IMAGE, "jupyterhub", "-f", "/srv/test_config.py"], check=True, capture_output=True, timeout=60)
+        deadline = time.monotonic() + 90
+        while True:
+            with contextlib.suppress(OSError, Refused):
+                self.api("GET", "")
+                return self
+            running = subprocess.run(["docker", "inspect", "--format", "{{.State.Running}}", self.name],
+                                     capture_output=True, encoding="utf-8").stdout.strip()
+            if running != "true" or time.monotonic() > deadline:
+                raise RuntimeError(f"the hub's container did not start:\n{self.log()[-3000:]}")
+            time.sleep(0.5)
+
+    def __exit__(self, *exc) -> None:
+        subprocess.run(["docker", "rm", "--force", "--volumes", self.name], capture_output=True, timeout=120)
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def log(self) -> str:
+        done = subprocess.run(["docker", "logs", self.name], capture_output=True, encoding="utf-8", errors="replace")
+        return done.stdout + done.stderr
+
+    def inside(self, *command: str) -> str:
+        """``command`` run in the hub's container, as root; its output."""
+        return subprocess.run(["docker", "exec", self.name, *command], capture_output=True, encoding="utf-8",
+                              check=True, timeout=60).stdout
+
+    def log_in(self, name: str, password: str) -> str:
+        """The login form, as a student's browser fills it in: the address the hub sends them to at the end, or Refused."""
+        import http.cookiejar
+        import re
+        import urllib.parse
+
+        browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(http.cookiejar.CookieJar()))
+        with browser.open(f"{self.url}/hub/login", timeout=60) as page:
+            xsrf = re.search(r'name="_xsrf" value="([^"]+)"', page.read().decode()).group(1)
+        form = urllib.parse.urlencode({"username": name, "password": password, "_xsrf": xsrf}).encode()
+        try:
+            with browser.open(f"{self.url}/hub/login", data=form, timeout=120) as landed:
+                return landed.geturl()
+        except urllib.error.HTTPError as failure:  # a refused login: the form again, with 403
+            failure.close()
+            raise Refused(failure.code) from None

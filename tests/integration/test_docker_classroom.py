@@ -11,7 +11,6 @@ Where no engine, compose tool or base image is at hand, skipped with the reason.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -23,12 +22,12 @@ import pytest
 from labkit import config
 from labkit.docker_backend import base_problem, engine_problem
 from labkit.embedded import free_port
-from tests import utf8_child
+from tests import docker_python_base, utf8_child
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker" / "compose.yaml"
 PROJECT = "labkit-test-classroom"  # the same each time: a killed run's containers are removed by the next
-PYTHON_BASE = os.environ.get("LABKIT_DOCKER_PYTHON", "").strip() or "python:3.12-slim-trixie"
+PYTHON_BASE = docker_python_base()
 
 
 def compose_tool() -> list[str] | None:

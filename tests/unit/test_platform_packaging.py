@@ -102,3 +102,16 @@ def test_an_image_that_installs_the_project_copies_every_folder_it_builds_from(d
     image_files = [f"docker/{name}" for name in PYPROJECT["tool"]["setuptools"]["package-data"]["labkit.docker"]]
     assert [name for name in image_files if name not in copied] == []
     assert sorted(package_folders()) == ["data", "docker", "docker/initdb", "labkit", "labkit/js", "labkit/sql"]
+
+
+def test_the_jupyterlab_and_hub_images_share_their_dependency_layer():
+    """The same first instructions in both: the engine builds the labs' dependencies once for the two images."""
+    def first_layers(dockerfile: str) -> list[str]:
+        lines = (ROOT / dockerfile).read_text(encoding="utf-8").splitlines()
+        start = next(number for number, line in enumerate(lines) if line.startswith("ARG PYTHON_IMAGE="))
+        end = next(number for number, line in enumerate(lines) if number > start and "pip install" in line)
+        return lines[start:end + 1]
+
+    jupyter = first_layers("docker/jupyter.Dockerfile")
+    assert any(line.startswith("COPY pyproject.toml docker/requirements.py") for line in jupyter)
+    assert first_layers("docker/hub/Dockerfile") == jupyter
