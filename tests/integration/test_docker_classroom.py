@@ -121,6 +121,11 @@ def test_only_jupyterlab_is_published_and_on_this_machine_only(classroom):
                                                                    "HostPort": str(classroom.port)}]}
 
 
+def test_the_address_printed_for_the_students_is_the_published_one(classroom):
+    said = classroom("logs", "jupyter").stdout
+    assert f"http://127.0.0.1:{classroom.port}/lab/tree/notebooks/00-start-here.ipynb?token=" in said, said[-2000:]
+
+
 def test_the_password_is_generated_and_the_fixed_one_refused(classroom):
     password = classroom.inside("cat", "/run/labkit-secret/password").stdout
     assert len(password) == 64 and int(password, 16) and password != "lab"
@@ -147,3 +152,15 @@ def test_lab_00_runs_in_the_jupyter_container(classroom):
                             "--output", "/tmp/executed", "--no-html", timeout=900, check=False)
     print(f"lab 00 in the classroom: {time.monotonic() - started:.0f} s")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def test_down_and_up_keep_the_database_and_its_password(classroom):
+    """The cluster lives in the `database` volume: the tables a class made survive `down` (as the notebooks do)."""
+    password = classroom.inside("cat", "/run/labkit-secret/password").stdout
+    make = "import labkit; labkit.start('classroom-kept').sql('create table if not exists kept (n int); insert into kept values (42)')"
+    classroom.inside("python", "-c", make)
+    classroom("down", timeout=300)
+    classroom("up", "--detach", timeout=600)
+    read = "import labkit; print(labkit.start('classroom-kept').value('select sum(n) from kept'))"
+    assert classroom.inside("python", "-c", read).stdout.split()[-1] == "42"
+    assert classroom.inside("cat", "/run/labkit-secret/password").stdout == password

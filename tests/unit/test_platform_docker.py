@@ -194,6 +194,9 @@ def test_the_classroom_publishes_no_database_port_and_writes_no_password():
     assert jupyter["environment"]["LABKIT_PASSWORD_FILE"] == secret
     assert f"secret:{Path(secret).parent.as_posix()}" in postgres["volumes"]
     assert f"secret:{Path(secret).parent.as_posix()}:ro" in jupyter["volumes"]
+    # healthy once the real server listens on TCP, not while the cluster is made (socket only)
+    assert postgres["healthcheck"]["test"][:4] == ["CMD", "pg_isready", "--host", "127.0.0.1"]
+    assert "database:/var/lib/postgresql" in postgres["volumes"]  # kept by `down`, like the notebooks
 
 
 @pytest.mark.posix
