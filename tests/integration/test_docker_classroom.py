@@ -123,7 +123,9 @@ def test_only_jupyterlab_is_published_and_on_this_machine_only(classroom):
 
 def test_the_address_printed_for_the_students_is_the_published_one(classroom):
     said = classroom("logs", "jupyter").stdout
-    assert f"http://127.0.0.1:{classroom.port}/lab?token=" in said, said[-2000:]
+    # the first address printed: the published port, opening lab 00
+    first = said[said.index("is running at:"):].splitlines()[1]
+    assert f"http://127.0.0.1:{classroom.port}/lab/tree/00-start-here.ipynb?token=" in first, said[-2000:]
 
 
 def test_the_password_is_generated_and_the_fixed_one_refused(classroom):
