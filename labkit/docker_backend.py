@@ -11,6 +11,10 @@ The image is built on ``postgres:18`` (LABKIT_DOCKER_BASE names another: a mirro
 stand-in that ``docker/standins/build.sh`` makes where no registry can be reached). Where the
 base image is neither in the engine's store nor to be had from a registry, :func:`base_problem`
 says so in one line, before any build is tried.
+
+A kernel that ends removes its container; testcontainers' clean-up container (Ryuk) removes the
+container of a killed one. Where Ryuk cannot run (no registry: TESTCONTAINERS_RYUK_DISABLED), the
+next start removes the containers of this machine's processes that are gone (:func:`remove_orphans`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import atexit
 import logging
 import os
 import secrets
+import socket
 import time
 import warnings
 from collections.abc import Callable
@@ -35,6 +40,30 @@ from .profiles import Profile
 log = logging.getLogger(__name__)
 
 IMAGE_TAG = "pg-concurrency-labs-postgres:18"
+# On every lab server container: "host pid start-time" of the process whose container it is.
+OWNER_LABEL = "pg-concurrency-labs.owner"
+
+
+def owner_label() -> str:
+    """This process, as OWNER_LABEL names it."""
+    return f"{socket.gethostname()} {os.getpid()} {processes.started_at(os.getpid()) or 0:.3f}"
+
+
+def remove_orphans(client) -> list[str]:
+    """Remove the lab server containers of this machine's processes that are gone; their short ids.
+
+    Only this machine's (by host name): a process elsewhere cannot be asked whether it still runs.
+    """
+    host, removed = socket.gethostname(), []
+    for container in client.containers.list(all=True, filters={"label": OWNER_LABEL}):
+        owner = container.labels.get(OWNER_LABEL, "").split()
+        if len(owner) != 3 or owner[0] != host or not owner[1].isdigit():
+            continue
+        if processes.alive(int(owner[1]), float(owner[2])):
+            continue
+        container.remove(force=True, v=True)
+        removed.append(container.short_id)
+    return removed
 
 
 def docker_dir() -> Path:
@@ -212,6 +241,7 @@ class DockerServer(Server):
         missing_base = base_problem()
         if missing_base:
             raise ServerStartFailed(f"Cannot build the lab server's image: {missing_base}.")
+        self._remove_orphans()
         image = DockerImage(path=str(context), tag=IMAGE_TAG, buildargs={"BASE_IMAGE": config.docker_base()})
         try:
             image.build()
@@ -224,6 +254,7 @@ class DockerServer(Server):
                                            driver=None)
         for name, value in container_environment(profile, self.password).items():
             self.container.with_env(name, value)
+        self.container.with_kwargs(labels={OWNER_LABEL: owner_label()})
         if local:
             # Docker publishes on every address by default; the lab server answers this machine only.
             self.container.ports[str(self.container.port)] = ("127.0.0.1", None)  # type: ignore[assignment]  # docker-py takes (address, port)
@@ -243,6 +274,20 @@ class DockerServer(Server):
         # A kernel that ends normally removes its container itself; Ryuk covers a killed one.
         atexit.register(self._stop_at_exit)
         return True
+
+    @staticmethod
+    def _remove_orphans() -> None:
+        """The containers of killed kernels, removed before a new one starts (never an obstacle to starting)."""
+        from testcontainers.core.docker_client import DockerClient
+
+        try:
+            removed = remove_orphans(DockerClient().client)
+        except Exception as error:  # noqa: BLE001 - docker-py raises many kinds; the start goes on
+            log.warning("could not look for the containers of killed kernels: %s", error)
+            return
+        if removed:
+            log.warning("removed %d lab server container(s) left by a kernel that was killed: %s", len(removed),
+                        ", ".join(removed))
 
     def _address(self) -> str:
         """host:port where the container's server is published."""

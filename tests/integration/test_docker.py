@@ -4,6 +4,7 @@ Where no engine answers (these CI machines), the tests are skipped with the engi
 the failure path without an engine is tested in test_server.py.
 """
 
+import os
 import subprocess
 import sys
 
@@ -89,5 +90,33 @@ def test_a_process_that_ends_removes_its_container():
     try:
         with pytest.raises(docker.errors.NotFound):
             client.containers.get(container)
+    finally:
+        client.close()
+
+
+def test_a_container_left_by_a_killed_process_is_removed_by_the_next_start():
+    """Killed, a process runs no clean-up; without Ryuk (no registry) its container stays until the next start."""
+    import docker
+
+    code = ("import sys, time, labkit; lab = labkit.start('docker-killed'); "
+            "print(lab.server.container.get_wrapped_container().id, flush=True); time.sleep(600)")
+    child = subprocess.Popen([sys.executable, "-c", code], env=utf8_child(LABKIT_BACKEND="docker"),
+                             stdout=subprocess.PIPE, encoding="utf-8")
+    try:
+        left = child.stdout.readline().strip()
+    finally:
+        child.kill()
+        child.wait(30)
+        child.stdout.close()
+    client = docker.from_env()
+    try:
+        if os.environ.get("TESTCONTAINERS_RYUK_DISABLED", "").lower() == "true":
+            assert client.containers.get(left).status == "running"  # nothing removed it at the kill
+        code = "import labkit; lab = labkit.start('docker-next'); print(lab.value('select 1'))"
+        done = subprocess.run([sys.executable, "-c", code], env=utf8_child(LABKIT_BACKEND="docker"),
+                              capture_output=True, encoding="utf-8", errors="replace", timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        with pytest.raises(docker.errors.NotFound):
+            client.containers.get(left)
     finally:
         client.close()

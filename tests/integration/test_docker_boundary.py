@@ -52,6 +52,10 @@ class FakeContainer:
         self.env[name] = value
         return self
 
+    def with_kwargs(self, **kwargs):
+        self.kwargs = kwargs
+        return self
+
     def with_command(self, command):
         self.log.append(("command", command))
         return self
@@ -87,6 +91,7 @@ def fake_engine(monkeypatch):
     monkeypatch.setattr(docker_backend, "engine_problem", lambda timeout=3.0: None)
     monkeypatch.setattr(docker_backend, "base_problem", lambda base=None, timeout=10.0: None)
     monkeypatch.setattr(docker_backend, "_local_engine", lambda: True)
+    monkeypatch.setattr(docker_backend.DockerServer, "_remove_orphans", staticmethod(lambda: None))  # no engine
     FakeContainer.images = FakeImage.made
     FakeImage.made.clear()
     monkeypatch.setattr(testcontainers.core.image, "DockerImage", FakeImage)

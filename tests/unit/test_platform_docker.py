@@ -6,9 +6,14 @@ is the one list); the backend's container gets a password of its own and a port 
 
 import os
 import re
+import socket
 import stat
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import psutil
 import psycopg.conninfo
 import pytest
 import yaml
@@ -94,6 +99,10 @@ class FakeContainer:
         self.env[name] = value
         return self
 
+    def with_kwargs(self, **kwargs):
+        self.kwargs = kwargs
+        return self
+
     def start(self):
         return self
 
@@ -127,6 +136,7 @@ def engine(monkeypatch, tmp_path):
     monkeypatch.setattr(docker_backend, "engine_problem", lambda timeout=3.0: None)
     monkeypatch.setattr(docker_backend, "base_problem", lambda base=None, timeout=10.0: None)
     monkeypatch.setattr(docker_backend, "_local_engine", lambda: True)
+    monkeypatch.setattr(docker_backend.DockerServer, "_remove_orphans", staticmethod(lambda: None))  # no engine
     monkeypatch.setattr(testcontainers.core.image, "DockerImage", FakeImage)
     monkeypatch.setattr(testcontainers.community.postgres, "PostgresContainer", FakeContainer)
     return docker_backend
@@ -202,8 +212,6 @@ def test_the_classroom_publishes_no_database_port_and_writes_no_password():
 @pytest.mark.posix
 def test_the_image_entrypoint_makes_a_password_file_once(tmp_path):
     """docker/entrypoint.sh with the postgres image's entrypoint replaced by one that prints what it gets."""
-    import subprocess
-
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "docker-entrypoint.sh").write_text('#!/bin/sh\necho "official: $*"\n', encoding="utf-8")
@@ -226,3 +234,50 @@ def test_the_image_entrypoint_makes_a_password_file_once(tmp_path):
     other = tmp_path / "other" / "password"
     start(POSTGRES_PASSWORD_FILE=str(other))
     assert other.read_text(encoding="ascii") != first
+
+
+def test_each_container_is_labelled_with_the_process_it_belongs_to(engine):
+    engine.DockerServer().start(Profile.named("ci"))
+    (container,) = FakeContainer.made
+    host, pid, started = container.kwargs["labels"][engine.OWNER_LABEL].split()
+    assert (host, int(pid)) == (socket.gethostname(), os.getpid())
+    assert abs(float(started) - psutil.Process().create_time()) < 1
+
+
+class Listed:
+    """A container as docker-py lists it."""
+
+    def __init__(self, owner: str):
+        self.labels = {"pg-concurrency-labs.owner": owner}
+        self.short_id = owner.replace(" ", "_")[:40]
+        self.removed = False
+
+    def remove(self, force, v):
+        self.removed = force and v
+
+
+def test_only_containers_of_this_machines_processes_that_are_gone_are_removed():
+    from labkit.docker_backend import owner_label, remove_orphans
+
+    host, me = socket.gethostname(), psutil.Process()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    containers = {
+        "mine": Listed(owner_label()),
+        "a process that ended": Listed(f"{host} {gone.pid} {time.time() - 5:.3f}"),
+        "my number, reused": Listed(f"{host} {me.pid} {me.create_time() - 3600:.3f}"),
+        "another machine's": Listed(f"elsewhere.example {gone.pid} 1.000"),
+        "unreadable": Listed("x"),
+    }
+
+    class Client:
+        class containers:  # noqa: N801 - docker-py's attribute
+            @staticmethod
+            def list(all, filters):
+                assert all and filters == {"label": "pg-concurrency-labs.owner"}
+                return list(containers.values())
+
+    removed = remove_orphans(Client())
+    assert {name for name, container in containers.items() if container.removed} == {
+        "a process that ended", "my number, reused"}
+    assert len(removed) == 2
