@@ -26,7 +26,12 @@ def test_every_run_completes_and_records_its_figures(lab_runs):
         assert run.clients == runs["pending-64kB"].clients and run.duration_s == runs["pending-64kB"].duration_s
         assert FIGURES <= set(run.extra), f"{name} lacks {FIGURES - set(run.extra)}"
         assert run.extra["max_latency_ms"] == pytest.approx(run.latency_ms["max"], abs=0.1)
-        assert run.probes.get("pending") and run.probes.get("horizon") and run.probes.get("hot"), name
+        assert run.probes.get("pending") and run.probes.get("hot"), name
+        # The horizon probe reads a row only when some backend holds a snapshot at the instant it
+        # samples: with short transactions on a busy machine it can find none, and the record says so.
+        horizon = next(cost for cost in run.extra["probe_costs"] if cost["name"] == "horizon")
+        assert horizon["samples"] > 0 and "horizon" not in run.extra.get("probe_errors", {}), name
+        assert run.probes.get("horizon") or "horizon" in run.extra.get("probe_notes", {}), name
 
 
 def test_fillfactor_50_keeps_updates_hot_and_latency_below_the_small_pending_list(lab_runs):
