@@ -50,7 +50,7 @@ def owner_label() -> str:
 
 
 def remove_orphans(client) -> list[str]:
-    """Remove the lab server containers of this machine's processes that are gone; their short ids.
+    """Remove the containers labelled OWNER_LABEL whose process, on this machine, is gone; their short ids.
 
     Only this machine's (by host name): a process elsewhere cannot be asked whether it still runs.
     """

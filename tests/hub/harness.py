@@ -29,6 +29,7 @@ from pathlib import Path
 
 import psutil
 
+from labkit.docker_backend import OWNER_LABEL, owner_label, remove_orphans
 from labkit.embedded import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -437,20 +438,6 @@ IMAGE = "pg-concurrency-labs-hub"  # docker/hub/compose.yaml's tag
 IMAGE_CONFIG = "/opt/pg-concurrency-labs/docker/hub/jupyterhub_config.py"  # where docker/hub/Dockerfile puts it
 
 
-ORPHAN_LABEL = "labkit.test.pid"  # the test process that started a hub container
-
-
-def remove_orphan_hubs() -> None:
-    """Remove the hub containers of test processes that are gone (a run killed before its clean-up)."""
-    listed = subprocess.run(["docker", "ps", "--all", "--filter", f"label={ORPHAN_LABEL}", "--format",
-                             f'{{{{.ID}}}} {{{{.Label "{ORPHAN_LABEL}"}}}}'], capture_output=True, encoding="utf-8",
-                            timeout=60).stdout
-    orphans = [container for container, pid in (line.split() for line in listed.splitlines() if line.strip())
-               if not psutil.pid_exists(int(pid))]
-    if orphans:
-        subprocess.run(["docker", "rm", "--force", "--volumes", *orphans], capture_output=True, timeout=120)
-
-
 @dataclass
 class ContainerHub(Hub):
     """The hub image (docker/hub/Dockerfile) run as docker/hub/compose.yaml runs it, with an admin service token.
@@ -462,7 +449,13 @@ class ContainerHub(Hub):
     name: str = field(default_factory=lambda: f"labkit-test-hub-{secrets.token_hex(4)}")
 
     def _start(self) -> Hub:
-        remove_orphan_hubs()
+        import docker
+
+        client = docker.from_env()
+        try:
+            remove_orphans(client)  # the hubs of a test run killed before its clean-up, as labkit's servers
+        finally:
+            client.close()
         self.folder.chmod(0o755)  # the container's hub (root) reads the wrapper
         wrapper = self.folder / "test_config.py"
         wrapper.write_text(
@@ -474,7 +467,7 @@ class ContainerHub(Hub):
                     for option in ("--env", f"{name}={value}")]
         subprocess.run(["docker", "run", "--detach", "--name", self.name, "--publish", f"127.0.0.1:{self.port}:8000",
                         "--shm-size", "1g", *settings, "--volume", f"{wrapper}:/srv/test_config.py:ro",
-                        "--label", f"{ORPHAN_LABEL}={os.getpid()}",
+                        "--label", f"{OWNER_LABEL}={owner_label()}",
                         IMAGE, "jupyterhub", "-f", "/srv/test_config.py"], check=True, capture_output=True, timeout=60)
         deadline = time.monotonic() + 90
         while True:
