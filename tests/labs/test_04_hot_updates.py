@@ -55,7 +55,7 @@ def test_the_table_grows_far_more_with_the_expression_index(lab_runs):
     assert with_index.extra["newpage_updates"] > runs["generated-column"].extra["newpage_updates"]
 
 
-def test_page_0_runs_out_of_line_pointers_with_bytes_to_spare(lab_runs):
+def test_page_0_holds_at_most_291_pointers_and_when_full_has_bytes_to_spare(lab_runs):
     """The notebook's own check after the expression-index runs: the page-search demonstration."""
     run = lab_runs("04-hot-updates", RUNS)["expression-index"]
     e = run.extra
