@@ -27,6 +27,7 @@ BUSY_THREAD = 0.8
 FULL_MACHINE = 0.9
 IDLE_CORES = 0.1
 OTHERS_SHARE = 0.25  # other processes matter from this share of the machine's cores
+EVERY_S = 0.25  # one sample each 250 ms, as the wait events: a 4-second run has a CPU figure too
 
 
 def _times(process: psutil.Process):
@@ -63,7 +64,7 @@ def _host_idle() -> float:
 
 
 class CpuSchedule(_Schedule):
-    """The ``cpu`` probe: one row a second of cores used by pgbench, the run's backends and the rest of the server.
+    """The ``cpu`` probe: a row each 250 ms of cores used by pgbench, the run's backends and the rest of the server.
 
     Processes are told apart by pid and start time (psutil's Process equality), so a pid the OS
     gives again to a new process is a new process. On Linux the CPU of backends that exited
@@ -75,7 +76,7 @@ class CpuSchedule(_Schedule):
 
     def __init__(self, pgbench: subprocess.Popen, postmaster_pid: int | None, conninfo: str, application_name: str,
                  cpus: float | None = None):
-        super().__init__(CPU, 1.0, 0.0, threading.Event())  # the Sampler sets t0 and stopping
+        super().__init__(CPU, EVERY_S, 0.0, threading.Event())  # the Sampler sets t0 and stopping
         self.pgbench = pgbench
         self.postmaster_pid = postmaster_pid
         self.conninfo = conninfo
@@ -187,54 +188,88 @@ class CpuSchedule(_Schedule):
             self.connection.close()
 
 
-def figures(rows: list[dict], threads: int, cpus: float) -> dict:
-    """The run's CPU in a few numbers (means over its seconds, in cores) and, when it applies, the warning.
+def figures(rows: list[dict], threads: int, cpus: float, every_s: float = EVERY_S) -> dict:
+    """The run's CPU in a few numbers (means over its samples, in cores) and, when it applies, the warning.
 
-    >>> figures([{"t": t, "pgbench": 0.95, "backends": 0.9, "server_other": 0.05, "idle": 0.1} for t in (1, 2)], 1, 2)["warning"][:58]
+    >>> figures([{"t": t, "pgbench": 0.95, "backends": 0.9, "server_other": 0.05, "idle": 0.1} for t in range(4)], 1, 2)["warning"][:58]
     'Held back by the client: pgbench kept 95% of a core busy p'
     >>> figures([{"t": 1, "pgbench": 0.2, "backends": 0.5, "server_other": 0.0, "idle": 3.0}], 2, 4)["warning"] is None
     True
     """
-    seconds = [row for row in rows if row.get("pgbench") is not None]  # pgbench measured (alive, readable)
-    if not seconds:
+    measured = [row for row in rows if row.get("pgbench") is not None]  # pgbench measured (alive, readable)
+    if not measured:
         return {}
 
     def mean(column: str) -> float | None:
-        values = [row[column] for row in seconds if row.get(column) is not None]
+        values = [row[column] for row in measured if row.get(column) is not None]
         return round(sum(values) / len(values), 3) if values else None
 
     result: dict = {"pgbench": mean("pgbench"), "backends": mean("backends"), "server_other": mean("server_other"),
-                    "idle": mean("idle"), "cpus": cpus, "threads": threads, "seconds": len(seconds)}
+                    "idle": mean("idle"), "cpus": cpus, "threads": threads, "samples": len(measured),
+                    "every_s": every_s}
     result["pgbench_per_thread"] = round((result["pgbench"] or 0.0) / max(1, threads), 3)
     result["warning"] = warning(result)
     return result
 
 
+def measured(cpu: dict) -> tuple[int, float]:
+    """How many samples a run's CPU split rests on, and the seconds they cover (records before 250 ms: 1 s each).
+
+    >>> measured({"samples": 12, "every_s": 0.25}), measured({"seconds": 3})
+    ((12, 3.0), (3, 3.0))
+    """
+    if "samples" in cpu:
+        count = int(cpu.get("samples") or 0)
+        return count, count * float(cpu.get("every_s") or EVERY_S)
+    count = int(cpu.get("seconds") or 0)
+    return count, float(count)
+
+
+def enough(cpu: dict) -> bool:
+    """Whether the CPU split rests on enough to say what held a run back: a second of samples, two at least."""
+    count, seconds = measured(cpu)
+    return count >= 2 and seconds >= 1.0 - 1e-9
+
+
+def others(cpu: dict) -> float | None:
+    """Cores other processes of the machine used during the run (None where the server's CPU is unknown)."""
+    if cpu.get("backends") is None or cpu.get("idle") is None or not cpu.get("cpus"):
+        return None
+    server = (cpu.get("backends") or 0.0) + (cpu.get("server_other") or 0.0)
+    return max(0.0, cpu["cpus"] - cpu["idle"] - (cpu.get("pgbench") or 0.0) - server)
+
+
 def findings(cpu: dict) -> dict[str, dict]:
     """What the CPU split of one run says held it back, as numbers: ``client``, ``others`` or ``no_cpu``.
 
-    Only from two or more measured seconds; and where the server's own CPU was not measured (a
-    server labkit did not start here), nothing is said of other processes or the machine's CPU.
+    Only from a second of samples (:func:`enough`); and where the server's own CPU was not measured
+    (a server labkit did not start here), nothing is said of other processes or the machine's CPU.
+    Other processes are named only when the machine had no idle CPU: with cores to spare, what
+    they used took nothing from the run.
 
     >>> sorted(findings({"pgbench": 0.9, "backends": 1.0, "server_other": 0.05, "idle": 0.05, "cpus": 2,
-    ...                  "threads": 1, "pgbench_per_thread": 0.9, "seconds": 3}))
+    ...                  "threads": 1, "pgbench_per_thread": 0.9, "samples": 12, "every_s": 0.25}))
     ['client', 'no_cpu']
+    >>> findings({"pgbench": 0.1, "backends": 0.2, "server_other": 0.0, "idle": 0.9, "cpus": 2, "threads": 1,
+    ...           "pgbench_per_thread": 0.1, "samples": 12, "every_s": 0.25})  # 0.8 cores to others, 0.9 idle
+    {}
     """
-    if (cpu.get("seconds") or 0) < 2:
+    if not enough(cpu):
         return {}
     found: dict[str, dict] = {}
     pgbench = cpu.get("pgbench") or 0.0
     if (cpu.get("pgbench_per_thread") or 0.0) >= BUSY_THREAD:
         found["client"] = {"per_thread": cpu["pgbench_per_thread"], "threads": cpu.get("threads") or 1}
-    if cpu.get("backends") is None:
+    used = others(cpu)
+    if used is None:
         return found  # the server's CPU is unknown: what else the machine did cannot be told apart from it
     server = (cpu.get("backends") or 0.0) + (cpu.get("server_other") or 0.0)
-    cpus, idle = cpu.get("cpus") or 0.0, cpu.get("idle")
-    others = max(0.0, cpus - idle - pgbench - server) if idle is not None else 0.0
-    if cpus and others >= OTHERS_SHARE * cpus:
-        found["others"] = {"others": others, "cpus": cpus, "pgbench": pgbench, "server": server}
-    elif cpus and ((idle is not None and idle < IDLE_CORES) or pgbench + server >= FULL_MACHINE * cpus):
-        found["no_cpu"] = {"cpus": cpus, "pgbench": pgbench, "server": server, "others": others}
+    cpus, idle = cpu.get("cpus") or 0.0, cpu.get("idle") or 0.0
+    full = idle < IDLE_CORES or pgbench + server >= FULL_MACHINE * cpus
+    if full and used >= OTHERS_SHARE * cpus:
+        found["others"] = {"others": used, "cpus": cpus, "pgbench": pgbench, "server": server}
+    elif full:
+        found["no_cpu"] = {"cpus": cpus, "pgbench": pgbench, "server": server, "others": used}
     return found
 
 
@@ -271,10 +306,10 @@ def limits(cpu: dict, name: str = "the run") -> list[str]:
     A machine kept busy by other processes is said as such: it is never read as a client limit.
 
     >>> limits({"pgbench": 0.1, "backends": 0.3, "server_other": 0.1, "idle": 0.0, "cpus": 2, "threads": 1,
-    ...         "pgbench_per_thread": 0.1, "seconds": 4})
+    ...         "pgbench_per_thread": 0.1, "samples": 16, "every_s": 0.25})
     ['other processes on this machine used 1.5 of its 2 cores in the run (pgbench 0.1, the server 0.4)']
     >>> limits({"pgbench": 0.9, "backends": 1.0, "server_other": 0.05, "idle": 0.05, "cpus": 2, "threads": 1,
-    ...         "pgbench_per_thread": 0.9, "seconds": 4})
+    ...         "pgbench_per_thread": 0.9, "samples": 16, "every_s": 0.25})
     ['the client: pgbench kept 90% of a core busy per thread (1 thread) in the run', 'the CPU: the server (1.1 cores) and pgbench (0.9) used all 2 cores in the run']
     """
     return [sentence(kind, [values], name, 1) for kind, values in findings(cpu).items()]

@@ -86,6 +86,7 @@ class Lab:
         self.messages = messages
         self.sessions = Sessions(lambda: self.conninfo)
         self.last_run: records.Run | None = None
+        self.arms: dict = {}  # %%pgbench --arm cells, by name: the arms lab.experiment([...]) runs
 
     @property
     def conninfo(self) -> str:
@@ -367,34 +368,82 @@ class Lab:
             postmaster_pid=self.server.postmaster_pid(),
         )
 
+    def experiment(self, arms, *, metric: str = "tps", kind: str | None = None, repeats: int | None = None,
+                   budget_s: float | None = None, order: str = "alternate", seed: int | None = None,
+                   setup=None, after=None, live: bool | None = False, **run_options):
+        """Run arms interleaved (A B, B A, ...) and judge them: a :class:`labkit.experiment.Result`.
+
+        ``arms``: ``{"name": script, ...}``, or the names of ``%%pgbench --arm`` cells, or
+        :class:`labkit.experiment.Arm` objects. ``metric`` (``tps``, ``goodput``, a latency, or any
+        ``extra`` figure) and its ``kind`` (``rate`` or ``cost``, from the metric by default) decide
+        how the runs are judged. ``repeats``: rounds, each arm once per round (default: the
+        profile's). ``budget_s``: add rounds until the verdict decides or the budget is spent.
+        ``setup(lab, arm)`` runs before each run (a rebuild, a CHECKPOINT), ``after(lab, run)`` after
+        each. The other keywords (``clients``, ``duration``, ``mode``, ``options``, ``probes``,
+        ``work``, ``hold_sessions``) are :meth:`pgbench`'s, for every arm.
+        """
+        from . import experiment
+
+        chosen = []
+        for arm in (arms.items() if isinstance(arms, dict) else arms):
+            if isinstance(arm, experiment.Arm):
+                chosen.append(arm)
+            elif isinstance(arm, tuple):
+                chosen.append(experiment.Arm(arm[0], arm[1]) if isinstance(arm[1], str) else arm[1])
+            elif arm in self.arms:
+                chosen.append(self.arms[arm])
+            else:
+                raise UsageError(f"No arm named {arm!r}: define it with a %%pgbench --arm --name {arm} cell, or "
+                                 "give the arms as {name: script}.")
+        unknown = set(run_options) - {"clients", "duration", "transactions", "jobs", "mode", "options", "probes",
+                                      "work", "perf", "hold_sessions"}
+        if unknown:
+            raise UsageError(f"Unknown option(s) {', '.join(sorted(unknown))} for lab.experiment.")
+        biggest = max((arm.spec.clients if arm.spec is not None else run_options.get("clients") or self.profile.clients)
+                      for arm in chosen) if chosen else 0
+        if biggest:
+            self.need_connections(biggest)
+        return experiment.run(self, chosen, metric=metric, kind=kind, repeats=repeats, budget_s=budget_s,
+                              order=order, seed=seed, setup=setup, after=after, defaults=run_options, live=live)
+
     def sweep(self, scripts: dict[str, str], clients: list[int], *, duration: float | None = None,
               mode: str | None = None, work: str | None = None, before=None, after=None,
               probes: list[Probe] | None = None, hold_sessions: bool = False, repeats: int = 1):
         """Run every script at every number of clients; returns the runs (saved as ``sweep-<name>``).
 
+        At each number of clients the scripts are interleaved (A B, B A ... over the repeats, and
+        the first script alternates from one point to the next), so that a change of load on the
+        machine falls on every script alike.
         before: called as ``before(lab, name, clients)`` ahead of each run (e.g. to vacuum).
         after: called as ``after(lab, run)`` once each run is recorded (e.g. to note checks in it).
-        repeats: runs of each point, one after another (the sweep chart draws their range).
+        repeats: runs of each point (the sweep chart draws their range).
         Draw the result with :func:`labkit.charts.sweep`. Progress is printed one line per point.
         """
+        from . import experiment
+
         self.need_connections(max(clients))
         runs: list[records.Run] = []
-        for count in clients:
-            for name, script in scripts.items():
-                series = f"sweep-{name}-{count}@{records.now_iso()}"
-                point = records.Repeats()
-                for number in range(1, repeats + 1):
-                    if before is not None:
-                        before(self, name, count)
-                    spec = pgbench.parse_options("", script=script, name=f"sweep-{name}", clients=count,
-                                                 duration_s=duration, mode=mode, defaults=self.profile.run_defaults())
-                    tags = {"repeat": number, "repeats": repeats, "series": series} if repeats > 1 else None
-                    run = self.run_spec(spec, probes=[] if probes is None else probes, live=False, work=work,
-                                        hold_sessions=hold_sessions, tags=tags)
-                    run.note(method=name)
-                    if after is not None:
-                        after(self, run)
-                    point.append(run)
+        names = list(scripts)
+        for index, count in enumerate(clients):
+            started = records.now_iso()
+            points = {name: records.Repeats() for name in names}
+            order = experiment.plan(names, repeats, first_round=index % 2)
+            for position, name in enumerate(order, start=1):
+                if before is not None:
+                    before(self, name, count)
+                spec = pgbench.parse_options("", script=scripts[name], name=f"sweep-{name}", clients=count,
+                                             duration_s=duration, mode=mode, defaults=self.profile.run_defaults())
+                number = len(points[name]) + 1
+                tags = {"repeat": number, "repeats": repeats, "series": f"sweep-{name}-{count}@{started}",
+                        "experiment": f"sweep-{count}@{started}", "order": position} if repeats > 1 else None
+                run = self.run_spec(spec, probes=[] if probes is None else probes, live=False, work=work,
+                                    hold_sessions=hold_sessions, tags=tags)
+                run.note(method=name)
+                if after is not None:
+                    after(self, run)
+                points[name].append(run)
+            for name in names:
+                point = points[name]
                 runs.extend(point)
                 spread = point.spread("tps") if repeats > 1 else None
                 goodput = point.mean("goodput")
@@ -478,16 +527,17 @@ class Lab:
         return interleave.run(self, spec, permutation=permutation,
                               step_timeout_s=step_timeout_s or interleave.DEFAULT_STEP_TIMEOUT_S)
 
-    def verdict(self, a: str, b: str, *, metric: str = "tps"):
+    def verdict(self, a: str, b: str, *, metric: str = "tps", kind: str | None = None):
         """How run ``b`` compares with run ``a`` on ``metric`` (their newest repeats), and how sure that is.
 
-        Returns a :class:`labkit.verdict.Verdict`: its sentence says the ratio, its spread, whether it
-        stands beyond the spread, and what held the runs back.
+        Returns a :class:`labkit.verdict.Verdict`: its sentence says the ratio, its interval and whether
+        it stands beyond the noise; runs of one experiment are compared pair by pair (their arms were
+        interleaved), runs of two separate cells are not, and the sentence says so.
         """
         from .verdict import compare
 
         groups = self.groups([a, b])
-        return compare(groups[a], groups[b], metric=metric)
+        return compare(groups[a], groups[b], metric=metric, kind=kind)
 
     # -- housekeeping
 

@@ -33,7 +33,7 @@ from .sessions import Failed, Result, Waiting
 MAX_CELL_WAIT_S = 30
 # Options of %%pgbench that are labkit's, not pgbench's.
 _LABKIT_OPTIONS = ("--probes", "--work", "--setup", "--after", "--repeat")
-_LABKIT_FLAGS = ("--no-waits", "--hold-sessions")
+_LABKIT_FLAGS = ("--no-waits", "--hold-sessions", "--arm")
 
 
 def _print_result(outcome, *, label: bool) -> None:
@@ -208,6 +208,8 @@ class LabMagics(Magics):
         which one SQL string cannot hold). --after VAR: a function called as VAR(run) once each run
         is recorded (e.g. to note a check in it). --repeat N: run it N times (the setup before each,
         the after after each), kept together in the records so that comparisons show their spread.
+        --arm: define the cell as an arm of an experiment instead of running it now:
+        ``lab.experiment(["name-a", "name-b"])`` then runs the arms interleaved (A B, B A, ...).
         """
         lab = _current_lab()
         try:
@@ -219,10 +221,28 @@ class LabMagics(Magics):
                                        functions=True)
             after = self._function("--after", chosen, "run", "lambda run: lab.check('select count(*) as n from t', run)")
             spec = pgbench.parse_options(words, script=cell, defaults=lab.profile.run_defaults())
+            if "--arm" in flags:
+                return self._arm(lab, spec, chosen, probes=probes, work=work, setup=setup,
+                                 hold_sessions="--hold-sessions" in flags)
             return lab.repeat_spec(spec, _repeats(chosen.get("--repeat")), probes=probes, work=work,
                                    hold_sessions="--hold-sessions" in flags, setup=setup, after=after)
         except LabkitError as error:
             raise _for_student(error) from None
+
+    @staticmethod
+    def _arm(lab, spec, chosen: dict, **options) -> None:
+        """Keep a %%pgbench cell as an arm of an experiment (run later by lab.experiment, interleaved)."""
+        from .experiment import Arm
+
+        if spec.name == "run":
+            raise UsageError("--arm needs the arm's name: add --name NAME to the cell.")
+        if "--repeat" in chosen or "--after" in chosen:
+            raise UsageError("--arm defines an arm; give repeats and after= to lab.experiment, which runs the arms.")
+        setup = options.pop("setup")
+        lab.arms[spec.name] = Arm(spec.name, spec=spec, setup=setup, options=options)
+        others = [name for name in lab.arms if name != spec.name]
+        print(f"Arm {spec.name!r} defined (not run yet): lab.experiment({[*others, spec.name]!r}) runs "
+              + ("it with the others" if others else "it with the arms you define next") + ", interleaved.")
 
     @magic_arguments()
     @argument("--permutation", "-p", default=None, help='one permutation, e.g. "s1u s2u s1c" (default: the spec\'s)')

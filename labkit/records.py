@@ -66,6 +66,8 @@ class Run:
     repeat: int | None = None  # this run's place among the repeats of one cell (1, 2, ...)
     repeats: int | None = None  # how many repeats the cell asked for
     series: str | None = None  # shared by the repeats of one cell: they are kept together
+    experiment: str | None = None  # shared by every run of one experiment (labkit.experiment), its arms interleaved
+    order: int | None = None  # this run's place in its experiment's order (1, 2, ...)
     format: int = FORMAT
     path: str | None = None
 

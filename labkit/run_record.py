@@ -183,7 +183,8 @@ def _extra(jobs: int, outputs: Outputs, samples: dict[str, list[dict]], parts: p
     blind = blind_probes(samples, outputs.probe_costs)
     if blind:
         extra["probe_notes"] = blind
-    steady = [row for row in samples.get(CPU, []) if parts.part(row["t"] - 0.5) == "steady"]  # a row covers its second
+    # a row covers the interval before it
+    steady = [row for row in samples.get(CPU, []) if parts.part(row["t"] - cpu.EVERY_S / 2) == "steady"]
     split = cpu.figures(steady or samples.get(CPU, []), jobs, outputs.cpus)
     if split:
         extra["cpu"] = split

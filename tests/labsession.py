@@ -1,4 +1,4 @@
-"""The test session's lab server: a private LABKIT_HOME, the ci profile, stopped at the end.
+"""The test session's lab servers: a private LABKIT_HOME per worker, the ci profile, stopped at the end.
 
 Loaded as a pytest plugin (``-p tests.labsession``) so that its environment is set before
 anything starts, including the notebook kernels nbval launches (they inherit it). The server's
@@ -6,12 +6,20 @@ home and the results folder have a space and a non-ASCII letter in their names, 
 user's data folder (``Application Support``) or a Windows user name may: a path that is split
 or mis-encoded anywhere fails the whole session.
 
+The suite runs on several workers at once (pytest-xdist): most of its time is pgbench runs of
+fixed length and timers, which a second or third worker overlaps. Each worker has a server of its
+own (its own LABKIT_HOME and results folder), so that a test that restarts or stops its server
+(a setting that needs a restart, a server that is gone) never stops another worker's notebook.
+What must run together runs on one worker, in order (:func:`group_of`): the cells of a notebook,
+and the checks of ``tests/labs`` that read the records that notebook wrote.
+
 Tests marked ``posix`` or ``linux`` rely on that OS's behaviour and are skipped elsewhere.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -20,20 +28,88 @@ from pathlib import Path
 import pytest
 
 _CREATED: list[Path] = []
+WORKERS_PER_CORE = 2  # runs of fixed length and timers: a worker waits as often as it computes
+MOST_WORKERS = 4
 
 
-def pytest_configure(config):
+def _private_folders(suffix: str = "") -> None:
+    """A home and a results folder of this process's own, unless the caller set them."""
     if "LABKIT_HOME" not in os.environ:
         # Not under pytest's tmp folder: as root the server's own user must be able to enter it.
-        home = Path(tempfile.mkdtemp(prefix="labkit test ü-"))
+        home = Path(tempfile.mkdtemp(prefix=f"labkit test ü{suffix}-"))
         os.environ["LABKIT_HOME"] = str(home)
         _CREATED.append(home)
     if "LABKIT_RESULTS" not in os.environ:
-        results = Path(tempfile.mkdtemp(prefix="labkit results é-"))
+        results = Path(tempfile.mkdtemp(prefix=f"labkit results é{suffix}-"))
         os.environ["LABKIT_RESULTS"] = str(results)
         _CREATED.append(results)
+
+
+def pytest_configure(config):
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        # The controller's folders (inherited) are no worker's: each worker makes its own, inside the
+        # controller's when the caller named them (a folder labkit did not create is left as it was).
+        for name in ("LABKIT_HOME", "LABKIT_RESULTS"):
+            inherited = os.environ.pop(name, None)
+            if inherited and os.environ.get(f"LABKIT_TEST_GIVEN_{name}"):
+                mine = Path(inherited) / f"pytest-{worker}"
+                mine.mkdir(mode=0o700, exist_ok=True)
+                os.environ[name] = str(mine)
+                _CREATED.append(mine)
+        _private_folders(f" {worker}")
+    else:
+        for name in ("LABKIT_HOME", "LABKIT_RESULTS"):
+            if name in os.environ:
+                os.environ[f"LABKIT_TEST_GIVEN_{name}"] = "1"
+        if not _distributed(config):
+            _private_folders()
     os.environ.setdefault("LABKIT_PROFILE", "ci")
     os.environ.setdefault("LABKIT_IDLE_STOP", "120")
+
+
+def _distributed(config) -> bool:
+    """Whether this process is xdist's controller, whose workers run the tests (it runs none itself)."""
+    numprocesses = getattr(config.option, "numprocesses", None)
+    return bool(numprocesses) and not config.getoption("collectonly", False)
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: two workers a core, at most four (the suite waits on runs and timers as much as it computes)."""
+    from labkit.profiles import machine_size
+
+    cores = machine_size()[0]
+    return max(1, min(MOST_WORKERS, round(cores * WORKERS_PER_CORE)))
+
+
+_LAB_TEST = re.compile(r"test_(\d\d)_")
+
+
+def group_of(path: Path, notebooks: dict[str, str]) -> str | None:
+    """The worker group of a test file: a notebook, and the ``tests/labs`` checks of its records, together.
+
+    >>> group_of(Path("notebooks/02-flash-sale.ipynb"), {"02": "02-flash-sale"})
+    'notebook-02-flash-sale'
+    >>> group_of(Path("tests/labs/test_02_flash_sale.py"), {"02": "02-flash-sale"})
+    'notebook-02-flash-sale'
+    >>> group_of(Path("tests/unit/test_verdict.py"), {"02": "02-flash-sale"}) is None
+    True
+    """
+    if path.suffix == ".ipynb":
+        return f"notebook-{path.stem}"
+    found = _LAB_TEST.match(path.name)
+    if path.parent.name == "labs" and found and found.group(1) in notebooks:
+        return f"notebook-{notebooks[found.group(1)]}"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    root = Path(__file__).resolve().parents[1]
+    notebooks = {path.stem[:2]: path.stem for path in (root / "notebooks").glob("[0-9][0-9]-*.ipynb")}
+    for item in items:
+        group = group_of(Path(str(item.path)), notebooks)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_runtest_setup(item):
@@ -44,7 +120,7 @@ def pytest_runtest_setup(item):
 
 
 def pytest_unconfigure(config):
-    """Stop what this session started; leave nothing running."""
+    """Stop what this process started; leave nothing running."""
     from labkit.embedded import EmbeddedServer
 
     for path in _CREATED:

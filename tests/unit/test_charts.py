@@ -304,6 +304,7 @@ def test_a_machine_with_no_idle_cpu_is_said():
     from labkit import cpu
 
     rows = [{"t": t, "pgbench": 0.4, "backends": 0.55, "server_other": 0.05, "idle": 0.0} for t in (1, 2)]
+    rows = [{**row, "t": row["t"] + quarter} for row in rows for quarter in (0, 0.25)]  # a second of 250 ms samples
     split = cpu.figures(rows, 2, 1.0)
     assert split["warning"] == ("Held back by the CPU: the server (0.6 cores) and pgbench (0.4) used all 1 core in "
                                 "the run: the tps is not the server's alone.")
@@ -314,7 +315,7 @@ def test_a_machine_kept_busy_by_other_processes_is_never_read_as_the_client_limi
     """Lab 00 under ci on a busy machine: pgbench 0.1 cores, the server 0.4, nothing idle, of 2."""
     from labkit import cpu
 
-    rows = [{"t": t, "pgbench": 0.1, "backends": 0.35, "server_other": 0.05, "idle": 0.0} for t in (1, 2, 3)]
+    rows = [{"t": t / 4, "pgbench": 0.1, "backends": 0.35, "server_other": 0.05, "idle": 0.0} for t in range(4, 16)]
     split = cpu.figures(rows, 1, 2.0)
     assert split["warning"] == ("Held back by other processes on this machine used 1.5 of its 2 cores in the run "
                                 "(pgbench 0.1, the server 0.4): the tps is not the server's alone.")

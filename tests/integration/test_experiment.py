@@ -1,0 +1,55 @@
+"""Experiments against the real server: arms interleaved, their setup around each run, events counted, cells as arms."""
+
+import threading
+
+import pytest
+
+import labkit
+from labkit import db, records
+
+pytestmark = pytest.mark.integration
+
+
+def test_arms_run_interleaved_with_their_setup_and_the_events_of_each_run(lab, hot_row):
+    setups = []
+
+    def checkpoint_soon(lab, arm):
+        setups.append(arm)
+        if len(setups) == 2:  # during the second run: a checkpoint that run's record must name
+            def checkpoint():
+                with db.connect(lab.server.admin_conninfo()) as connection:
+                    connection.execute("checkpoint")
+            threading.Timer(1.0, checkpoint).start()
+
+    result = lab.experiment({"exp-write": "update hot set n = n + 1 where id = 1;", "exp-read": "select n from hot;"},
+                            repeats=2, clients=2, duration=3, setup=checkpoint_soon)
+    assert result.ran == setups == ["exp-write", "exp-read", "exp-read", "exp-write"]
+    saved = [records.Run.load(run.path) for run in result.runs()]
+    assert {run.experiment for run in saved} == {result.groups["exp-write"][0].experiment}
+    assert sorted(run.order for run in saved) == [1, 2, 3, 4]
+    second = next(run for run in saved if run.order == 2)
+    assert second.extra["events"]["checkpoints"] >= 1, second.extra["events"]
+    assert all(set(run.extra["events"]) == {"autovacuum", "autoanalyze", "checkpoints", "checkpoint_buffers"}
+               for run in saved)
+    found = result.verdict()
+    assert found.basis == "pairs" and found.a == "exp-write" and found.b == "exp-read"
+    assert lab.verdict("exp-write", "exp-read").basis == "pairs"  # the saved runs keep their pairing
+    assert list(result.table().index) == ["exp-write", "exp-read"]
+
+
+def test_pgbench_cells_defined_as_arms_run_interleaved(lab, hot_row):
+    from IPython.core.error import UsageError as IPythonUsageError
+    from IPython.testing import globalipapp
+
+    shell = globalipapp.get_ipython()
+    labkit.load_ipython_extension(shell)
+    magics = shell.magics_manager.registry["LabMagics"]
+    lab = labkit.start("tests")  # the lab the magics use: the one started last
+    assert magics.pgbench("--name cell-a -c 2 -T 3 --arm", "select 1;") is None
+    assert magics.pgbench("--name cell-b -c 2 -T 3 --arm", "select n from hot;") is None
+    with pytest.raises(IPythonUsageError, match="--arm needs the arm's name"):
+        magics.pgbench("-c 2 -T 3 --arm", "select 1;")
+    assert not records.list_runs(notebook=lab.notebook, name="cell-a")  # defined, not run
+    result = lab.experiment(["cell-a", "cell-b"], repeats=1)
+    assert result.ran == ["cell-a", "cell-b"]
+    assert all(run.clients == 2 and run.duration_s == 3 for run in result.runs())
