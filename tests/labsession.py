@@ -103,6 +103,7 @@ def group_of(path: Path, notebooks: dict[str, str]) -> str | None:
     return None
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
 def pytest_collection_modifyitems(config, items):
     root = Path(__file__).resolve().parents[1]
     notebooks = {path.stem[:2]: path.stem for path in (root / "notebooks").glob("[0-9][0-9]-*.ipynb")}
