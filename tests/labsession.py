@@ -114,20 +114,19 @@ def pytest_xdist_make_scheduler(config, log):
         def _split_scope(self, nodeid: str) -> str:
             return group_of(Path(nodeid.split("::", 1)[0]), notebooks) or super()._split_scope(nodeid)
 
-        def schedule(self) -> None:
+        ordered = False
+
+        def _assign_work_unit(self, node) -> None:
             # The longest units first, so that none starts last and keeps the others waiting: the class hub
             # (two minutes of one test), then the notebooks, then the rest, each by its number of tests.
-            if self.collection is None and self.collection_is_completed and self._check_nodes_have_same_collection():
-                units: dict[str, list[str]] = {}
-                for nodeid in next(iter(self.registered_collections.values())):
-                    units.setdefault(self._split_scope(nodeid), []).append(nodeid)
-                ordered = [nodeid for unit in sorted(units, key=lambda unit: (
-                    0 if unit.startswith("tests/hub") else 1 if unit.startswith("notebook-") else 2, -len(units[unit])))
-                    for nodeid in units[unit]]
-                for node in self.registered_collections:
-                    self.registered_collections[node] = ordered
-                self.config.option.loadscopereorder = False
-            super().schedule()
+            # The queue is reordered, never the collection: workers are sent positions in their own.
+            if not self.ordered:
+                for unit in sorted(self.workqueue, key=lambda unit: (
+                        0 if unit.startswith("tests/hub") else 1 if unit.startswith("notebook-") else 2,
+                        -len(self.workqueue[unit]))):
+                    self.workqueue.move_to_end(unit)
+                self.ordered = True
+            super()._assign_work_unit(node)
 
     return LabScheduling(config, log)
 
