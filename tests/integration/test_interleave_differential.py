@@ -29,9 +29,14 @@ OWN = Path(__file__).resolve().parents[1] / "data" / "isolation" / "own"
 STEP_TIMEOUT_S = 2.0  # the tester's PG_TEST_TIMEOUT_DEFAULT=1: both cancel a step after 2 s
 
 
-def compare(lab, name: str, text: str) -> tuple[str, str]:
-    """(the engine's text, the tester's text) for ``text``, run in that order on ``lab``'s database."""
+def compare(lab, name: str, text: str, prepare=lambda: None) -> tuple[str, str]:
+    """(the engine's text, the tester's text) for ``text``, run in that order on ``lab``'s database.
+
+    ``prepare()`` runs before each: what the spec's own setup leaves as it was (a lab's tables).
+    """
+    prepare()
     engine = interleave.run(lab, text, environment=interleave.regress(name), step_timeout_s=STEP_TIMEOUT_S).text
+    prepare()
     return engine, isolationtester.run(lab, name, text, STEP_TIMEOUT_S)
 
 
@@ -88,14 +93,12 @@ def numbered_xids(text: str, xids: range) -> str:
 
 @pytest.fixture(scope="module")
 def notebook_labs():
-    """One fresh lab per notebook, with the notebook's schema (its sessions' names as the tester's)."""
+    """One fresh lab per notebook (its database as the notebook's own, with labkit's extensions)."""
     made: dict[str, labkit.Lab] = {}
 
     def get(notebook: str) -> labkit.Lab:
         if notebook not in made:
             made[notebook] = labkit.start(f"differential-{notebook}", fresh=True)
-            replay(made[notebook], [CellStep(step.session, named_as_the_tester_names(step.sql, notebook))
-                                    for step in schema(notebook)])
         return made[notebook]
 
     yield get
@@ -107,8 +110,9 @@ def notebook_labs():
 def test_a_labs_steps_cell_prints_what_the_isolationtester_prints(notebook_labs, notebook, tag):
     lab = notebook_labs(notebook)
     text = named_as_the_tester_names(steps_spec(notebook, tag), notebook)
+    cells = [CellStep(step.session, named_as_the_tester_names(step.sql, notebook)) for step in schema(notebook)]
     first = lab.value("select pg_current_xact_id()::text::bigint")
-    engine, tester = compare(lab, notebook, text)
+    engine, tester = compare(lab, notebook, text, prepare=lambda: replay(lab, cells))  # the schema made anew
     if "xact_id" in text or "t_xmin" in text:  # it prints transaction ids, new at each run
         xids = range(int(first), int(lab.value("select pg_current_xact_id()::text::bigint")) + 1)
         engine, tester = numbered_xids(engine, xids), numbered_xids(tester, xids)
