@@ -62,7 +62,11 @@ A comparison, as an experiment:
            with the experiment and their place in its order (records.Run.experiment, .order)
 
 Around it: ``sessions`` (named sessions that may block, each statement in a thread of its own;
-they reconnect after a server restart), ``profiles`` (ci / laptop / article, and the machine's
+they reconnect after a server restart), ``interleave`` (``%%steps``: isolation specs run as
+PostgreSQL's isolationtester runs them, over connections ``db`` opened (the sessions' and one
+control connection): each step a generator of ``psycopg.pq`` calls as psycopg's own generators
+are, waited for by psycopg's wait under the connection's lock, in the one thread using it),
+``profiles`` (ci / laptop / article, and the machine's
 size from its cgroup), ``widgets`` (panels that only call ``lab.pgbench``), ``perf``,
 ``article`` (the articles' figures), ``notebooks`` / ``pictures`` / ``binder`` / ``__main__``
 (the CLI), ``queries`` with ``sql/*.sql`` (the queries labkit runs on its own behalf, by name:
