@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -45,7 +46,19 @@ def _private_folders(suffix: str = "") -> None:
         _CREATED.append(results)
 
 
+def _ctrl_c_raises() -> None:
+    """Ctrl+C raises KeyboardInterrupt in this process and the processes it starts, however the suite was started.
+
+    A shell starts a background job (``cmd &``) with SIGINT ignored, and Python then keeps it
+    ignored: the tests of what an interrupt does, and the kernels and servers the hub test starts,
+    would run in a process no student's kernel is.
+    """
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_configure(config):
+    _ctrl_c_raises()
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
         # The controller's folders (inherited) are no worker's: each worker makes its own, inside the
