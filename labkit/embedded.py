@@ -258,8 +258,10 @@ class EmbeddedServer(Server):
                               "folder whose path this system's code page can write (e.g. C:\\labkit).")
         config.private_dir(self.home, 0o711 if config.is_root() else 0o700)
         service_user.check_reachable(self.home)
-        for folder in (self.data_dir, self.log_dir):
-            folder.mkdir(parents=True, exist_ok=True)
+        service_user.let_in(self.home)
+        for folder in (self.data_dir, self.log_dir):  # labkit's own, inside the home
+            if not folder.exists():
+                config.private_dir(folder)
             service_user.give(folder)
             folder.chmod(0o700)
         if self.transport == "socket":

@@ -104,6 +104,21 @@ def test_unknown_setting_is_refused(lab):
         lab.set(max_conections=10)
 
 
+@pytest.mark.posix
+def test_a_home_labkit_did_not_make_keeps_its_mode_and_an_open_one_is_said():
+    """A class's shared folder given as LABKIT_HOME (sticky, as /tmp is): others may still create files in it."""
+    home = Path(tempfile.mkdtemp(prefix="labkit-shared home-"))
+    home.chmod(0o1777)
+    try:
+        with pytest.warns(UserWarning, match=r"is writable by its group and every user \(mode 1777\)"):
+            EmbeddedServer(home)._prepare_dirs()
+        assert stat.S_IMODE(home.stat().st_mode) == 0o1777
+        assert stat.S_IMODE((home / "cluster").stat().st_mode) == 0o700  # what labkit made there is private
+        assert stat.S_IMODE((home / "log").stat().st_mode) == 0o700
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def test_a_killed_server_is_recovered_by_the_next_start():
     home = Path(tempfile.mkdtemp(prefix="labkit-kill-"))
     server = EmbeddedServer(home)

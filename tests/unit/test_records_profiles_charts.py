@@ -42,7 +42,8 @@ def test_listing_filters_and_newest(tmp_path):
     make_run("advisory", "2026-11-21T10:30:00+00:00", 3.0).save(tmp_path)
     make_run("other", "2026-11-21T10:30:00+00:00", 4.0, notebook="01-gin").save(tmp_path)
     (tmp_path / "broken.json").write_text("{not json")
-    found = records.list_runs(tmp_path, notebook="02-flash-sale")
+    with pytest.warns(UserWarning, match=r"broken.json is not a readable run record: .* \(left out of the runs listed\)"):
+        found = records.list_runs(tmp_path, notebook="02-flash-sale")
     assert [run.name for run in found] == ["plain", "advisory", "plain"]
     assert records.latest(found)["plain"].tps == 2.0
 
