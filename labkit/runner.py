@@ -83,18 +83,27 @@ def free_connections(conninfo: str) -> int:
 
 
 def work_probe(sql: str) -> Probe:
-    """The probe that samples a work counter (one number) once a second during a run."""
-    return Probe(WORK, f"select ({sql.strip().rstrip(';')}) as work", 1.0)
+    """The probe that samples a work counter (one number) once a second during a run.
+
+    The query runs as it was written (a trailing comment or semicolon included: it is never
+    pasted inside other SQL); its one column is stored as ``work``.
+    """
+    return Probe(WORK, sql, 1.0, columns=(WORK,))
 
 
 def measure_work(conninfo: str, sql: str) -> float:
     """The work counter now: one number, e.g. ``select count(*) from done``."""
     try:
         with db.connect(conninfo) as connection:
-            value = db.one(connection, work_probe(sql).sql)
+            cursor = connection.execute(sql)
+            row = cursor.fetchone() if cursor.description else None
     except psycopg.Error as error:
         raise UsageError(f"The work query failed: {db.message(error)}. "
                          "It must return one number, e.g. select count(*) from done.") from None
+    if cursor.description is not None and len(cursor.description) != 1:
+        raise UsageError(f"The work query returns {len(cursor.description)} columns: it must return one number, "
+                         "e.g. select count(*) from done.")
+    value = row[0] if row else None
     try:
         return float(value)
     except (TypeError, ValueError):

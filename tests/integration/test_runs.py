@@ -77,6 +77,18 @@ def test_a_timed_run_that_completes_no_transaction_says_why_at_its_own_cell(lab)
     assert held is lab.last_run and (held.name, held.transactions) == ("held", 0)
 
 
+def test_work_sql_is_run_as_written_comments_and_semicolons_included(lab, hot_row):
+    """A work query as a student writes it in a cell: a trailing comment, a semicolon before it."""
+    work = "select n from hot where id = 1; -- the updates done so far"
+    run = lab.pgbench("update hot set n = n + 1 where id = 1;", name="work-comment", clients=1, duration=2,
+                      probes=[], work=work)
+    assert "work" not in run.extra.get("probe_errors", {}), run.extra.get("probe_errors")
+    assert run.extra["work"] == run.transactions > 0  # each transaction adds one
+    assert len(run.probes["work"]) >= 1 and all(set(row) == {"t", "work"} for row in run.probes["work"])
+    with pytest.raises(UsageError, match="The work query returns 2 columns: it must return one number"):
+        lab.pgbench("select 1;", name="work-two", clients=1, duration=1, probes=[], work="select 1, 2")
+
+
 def test_too_many_clients(lab):
     limit = int(lab.value("show max_connections"))
     with pytest.raises(UsageError, match=f"{limit + 10} clients need .*need_connections"):
