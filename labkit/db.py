@@ -35,6 +35,7 @@ ADMIN = PREFIX + "admin"
 RUN = PREFIX + "run-"
 _RESERVED = re.compile(r"(probe|monitor|admin|run-.*)", re.IGNORECASE)
 CONNECT_TIMEOUT_S = 5
+SHOWN_NAME_BYTES = 63  # NAMEDATALEN - 1: what pg_stat_activity keeps of an application_name
 
 # SQLSTATE classes of a connection that is gone: class 08 (connection exception) and the
 # server shutting down (57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now).
@@ -51,6 +52,21 @@ def session_name(name: str) -> str:
         raise UsageError(f"{name!r} is a name labkit uses for its own connections: name the session otherwise "
                          "(e.g. T1, buyer, worker2).")
     return PREFIX + name
+
+
+def shown_name(application_name: str) -> str:
+    """An application_name as the server shows it in ``pg_stat_activity``, where labkit's filters read it back.
+
+    The server writes each byte outside printable ASCII as ``\\xNN`` (``pg_clean_ascii``) and
+    keeps the first 63 bytes (``NAMEDATALEN - 1``, in ``pgstat_report_appname``).
+
+    >>> shown_name("labkit-T1"), shown_name("labkit-é")
+    ('labkit-T1', 'labkit-\\\\xc3\\\\xa9')
+    >>> len(shown_name("labkit-" + "buyer" * 20))
+    63
+    """
+    clean = "".join(chr(byte) if 32 <= byte <= 126 else f"\\x{byte:02x}" for byte in application_name.encode())
+    return clean[:SHOWN_NAME_BYTES]
 
 
 def run_name() -> str:

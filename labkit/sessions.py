@@ -446,9 +446,10 @@ class Sessions:
         if not names:
             return []
         rows = self._monitor_rows(query("open_transactions"), {"pids": list(names)})
-        # A pid is only this lab's session if the backend is still that session's (pids get reused).
-        return [OpenTransaction(names[pid], state, open_s, tuple(holds))
-                for pid, application, state, open_s, holds in rows if application == db.session_name(names[pid])]
+        # A pid is only this lab's session if the backend is still that session's (pids get reused), by its
+        # name as the server keeps it (shortened, escaped)
+        return [OpenTransaction(names[pid], state, open_s, tuple(holds)) for pid, application, state, open_s, holds
+                in rows if application == db.shown_name(db.session_name(names[pid]))]
 
     def _only_autovacuum(self, pids: list[int]) -> bool:
         kinds = self._monitor_rows(query("backend_kinds"), {"pids": list(pids)})

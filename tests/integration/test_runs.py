@@ -332,6 +332,23 @@ def test_perf_records_the_server_backends(lab):
     assert not [p for p in psutil.process_iter(["name"]) if p.info["name"] == "perf"], "perf left running"
 
 
+@pytest.mark.parametrize("name", ["buyer-who-keeps-the-last-item-in-the-basket-while-the-sale-goes-on-" + "x" * 10,
+                                  "acheteur-é"])
+def test_a_session_whose_name_the_server_shortens_or_escapes_still_holds_the_run_back(lab, hot_row, name):
+    """pg_stat_activity keeps 63 bytes of an application_name, its bytes outside printable ASCII as \\xNN."""
+    holder = lab.session(name)
+    holder.run("begin; update hot set n = n + 1 where id = 1")
+    # A run that did start would wait behind the held row for as long as it is held: it is let go after 5 s.
+    release = threading.Timer(5.0, lambda: lab.value("select pg_terminate_backend(%s)", (holder.pid,)))
+    release.start()
+    try:
+        with pytest.raises(UsageError, match=rf"Not started: {name} has been idle in a transaction"):
+            lab.pgbench("update hot set n = n + 1 where id = 1;", name="behind-long", clients=1, duration=1, live=False)
+    finally:
+        release.cancel()
+        lab.sessions.sessions.pop(name).close()
+
+
 def test_a_run_does_not_start_behind_this_notebooks_open_transaction(lab, hot_row):
     """A session left idle in a transaction is named, with what it holds, and nothing runs behind it."""
     holder = lab.session("T1")
