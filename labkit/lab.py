@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import logging
 import os
 import re
 import sys
@@ -23,7 +24,7 @@ from .backend import (
     system_of_version,
 )
 from .binaries import program
-from .errors import LabkitError, RunFailed, ServerGone, UsageError, connection_problem
+from .errors import LabkitError, RunFailed, ServerGone, ServerStartFailed, UsageError, connection_problem
 from .pgbench import Spec
 from .probes import WAIT_EVENTS, Probe, plain_value
 from .profiles import SPARE_CONNECTIONS, Profile, current, default_name
@@ -32,6 +33,7 @@ from .records import Repeats
 from .sessions import Failed, Sessions, Waiting
 
 EXTENSIONS = ("pg_stat_statements", "pageinspect", "pgstattuple")
+log = logging.getLogger(__name__)
 
 
 def database_name(notebook: str) -> str:
@@ -210,11 +212,16 @@ class Lab:
         try:
             with db.connect(self.server.admin_conninfo()) as connection:
                 loaded = db.one(connection, query("conf_load_time"))
+                # what ALTER SYSTEM held for them before: put back if the server will not start with the new values
+                # (read where labkit restarts the server: it owns it, and pg_file_settings is a superuser's view)
+                altered: dict[str, str] = dict(connection.execute(query("altered_settings"), {"names": [n.lower() for n in settings]})
+                               ) if self.server.can_restart else {}
                 for name, value in settings.items():
                     connection.execute(pgsql.SQL("alter system set {} = {}").format(
                         pgsql.Identifier(name), pgsql.Literal(str(value))))
                 connection.execute("select pg_reload_conf()")
                 _wait_for_reload(connection, loaded)
+            log.info("set %s with ALTER SYSTEM", ", ".join(f"{name}={value!r}" for name, value in settings.items()))
         except psycopg.Error as error:
             raise LabkitError(f"Could not change the settings: {db.message(error)}") from None
         restart = bool(self.settings(*settings)["pending_restart"].any())
@@ -224,11 +231,36 @@ class Lab:
                                  "server.")
         elif restart:
             # this notebook's sessions reconnect by themselves, as other notebooks' do (a lost transaction is said)
-            self.server.restart()
+            log.info("restarting the server for %s", ", ".join(settings))
+            try:
+                self.server.restart()
+            except ServerStartFailed as failure:
+                raise self._refused(settings, {name.lower(): altered.get(name.lower()) for name in settings},
+                                    failure) from None
             restarted = True
         after = self.settings(*settings).set_index("name")["setting"].to_dict()
         return pd.DataFrame([{"name": n, "before": before.get(n), "after": after.get(n), "restarted": restarted}
                              for n in settings])
+
+    def _refused(self, settings: dict, before: dict[str, str | None], failure: ServerStartFailed) -> LabkitError:
+        """The error to raise when the server would not start with new settings: they are undone first, if labkit can.
+
+        Left in ALTER SYSTEM's file, such a value would keep the server from starting ever after, in
+        every notebook.
+        """
+        asked = ", ".join(f"{name}={value!r}" for name, value in settings.items())
+        why = failure.reason or failure.short
+        try:
+            undone = self.server.undo_settings(before)
+        except ServerStartFailed as again:
+            return ServerStartFailed(f"The server would not start with {asked} ({why}), nor once labkit had put them "
+                                     f"back: {again.short}", detail=again.detail, reason=again.reason)
+        if not undone:
+            return failure
+        back = ", ".join(f"{name} back to {value!r}" if value is not None else f"{name} back to its default"
+                         for name, value in before.items())
+        return UsageError(f"The server would not start with {asked}: {why}. labkit put {back} and started the "
+                          "server again (sessions connect again by themselves): choose another value.")
 
     def _refuse_restart_during_other_runs(self, names: list[str]) -> None:
         """A restart would stop another notebook's pgbench run: refuse, naming it, before changing anything."""

@@ -119,6 +119,113 @@ def test_a_home_labkit_did_not_make_keeps_its_mode_and_an_open_one_is_said():
         shutil.rmtree(home, ignore_errors=True)
 
 
+@pytest.fixture
+def own_server():
+    """A server of the test's own (one it may leave unable to start), stopped and removed at the end."""
+    home = Path(tempfile.mkdtemp(prefix="labkit-own server-"))
+    server = EmbeddedServer(home)
+    server.start(Profile.named("ci"), watch=False)
+    yield server
+    server.stop(mode="immediate")
+    shutil.rmtree(home, ignore_errors=True)
+
+
+NO_SUCH_LIBRARY = "labkit_no_such_library"
+REFUSED = f'could not access file "{NO_SUCH_LIBRARY}": No such file or directory'
+
+
+def test_a_setting_the_server_cannot_start_with_is_undone_and_said(own_server):
+    """ALTER SYSTEM takes a value the server then cannot start with (a library that is not there here; on a
+    laptop, shared_buffers='200GB'): left in postgresql.auto.conf it would keep the server down for good."""
+    from labkit.lab import Lab
+
+    lab = Lab(own_server, "refused", Profile.named("ci"), messages=[])
+    lab.set(max_connections=120)  # an earlier lab.set: put back as it was, not to the default
+    with pytest.raises(UsageError) as raised:
+        lab.set(max_connections=130, shared_preload_libraries=NO_SUCH_LIBRARY)
+    assert str(raised.value) == (
+        f"The server would not start with max_connections=130, shared_preload_libraries='{NO_SUCH_LIBRARY}': "
+        f"{REFUSED}. labkit put max_connections back to '120', shared_preload_libraries back to its default and "
+        "started the server again (sessions connect again by themselves): choose another value.")
+    assert own_server.running() and own_server.altered() == {"max_connections": "'120'"}
+    settings = lab.settings("max_connections", "shared_preload_libraries").set_index("name")["setting"]
+    assert (settings["max_connections"], settings["shared_preload_libraries"]) == ("120", "pg_stat_statements")
+    assert own_server.last_start_failure() is None
+
+
+def test_a_server_a_setting_keeps_from_starting_says_how_to_recover_and_the_cli_recovers_it(own_server, monkeypatch,
+                                                                                           capsys):
+    """A cluster left so by hand, or by an older labkit: labkit.start(), doctor and the way back."""
+    from labkit.__main__ import main
+
+    own_server.stop()
+    auto_conf = own_server.data_dir / "postgresql.auto.conf"
+    auto_conf.write_text(auto_conf.read_text(encoding="utf-8") + f"shared_preload_libraries = '{NO_SUCH_LIBRARY}'\n",
+                         encoding="utf-8")
+    with pytest.raises(labkit.ServerStartFailed) as raised:
+        own_server.start(Profile.named("ci"), watch=False)
+    assert raised.value.short == (
+        f"The lab server did not start: {REFUSED}. Settings made with lab.set (ALTER SYSTEM, in {auto_conf}): "
+        f"shared_preload_libraries = '{NO_SUCH_LIBRARY}'. If one keeps the server from starting, `python -m labkit "
+        "server reset-settings` removes them (keeping a copy) and starts it again.")
+    monkeypatch.setenv("LABKIT_HOME", str(own_server.home))
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    said = next((line.removeprefix("last start").strip() for line in out.splitlines() if line.startswith("last start")),
+                out)
+    assert said.startswith(f"failed: {REFUSED}. Settings made with lab.set (ALTER SYSTEM, in {auto_conf})"), said
+    assert said.endswith("`python -m labkit server reset-settings` removes them (keeping a copy) and starts it again.")
+    assert main(["server", "reset-settings"]) == 0
+    assert capsys.readouterr().out.startswith(f"removed shared_preload_libraries = '{NO_SUCH_LIBRARY}' (a copy is in ")
+    assert own_server.running() and own_server.altered() == {}
+    (copy,) = own_server.log_dir.glob("postgresql.auto.conf.*")
+    assert NO_SUCH_LIBRARY in copy.read_text(encoding="utf-8")  # nothing is lost
+    assert own_server.last_start_failure() is None
+    own_server.stop()  # (reset-settings started its watchdog: it leaves with the server)
+
+
+def test_a_start_that_times_out_leaves_no_server_coming_up_behind_it(own_server):
+    """pg_ctl gives up waiting without stopping the postmaster it started: labkit must (kill on timeout)."""
+    own_server.stop()
+    own_server.start_timeout_s = 0  # pg_ctl -t 0: it gives up at once, the postmaster still starting
+    with pytest.raises(labkit.ServerStartFailed, match=r"^The lab server was still starting after 0 s: labkit stopped it"):
+        own_server.start(Profile.named("ci"), watch=False)
+    time.sleep(2)  # long enough for a server left behind to come up
+    assert not own_server.running() and own_server._postmasters() == []
+    own_server.start_timeout_s = 60
+    assert own_server.start(Profile.named("ci"), watch=False) is True
+
+
+def test_a_tcp_port_taken_before_the_server_listens_is_traded_for_another(monkeypatch):
+    """Between labkit's check that a port is free and the server's bind, another program may take it."""
+    import socket
+
+    from labkit import embedded
+
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    real, asked = embedded.free_port, []
+
+    def raced(host="127.0.0.1", preferred=None):
+        asked.append(preferred)
+        return port if len(asked) == 1 else real(host, preferred)  # free when checked, taken when the server binds
+
+    monkeypatch.setattr(embedded, "free_port", raced)
+    home = Path(tempfile.mkdtemp(prefix="labkit-raced port-"))
+    server = EmbeddedServer(home, transport="tcp")
+    try:
+        assert server.start(Profile.named("ci"), watch=False) is True
+        assert server.port != port and asked == [None, port]
+        with psycopg.connect(server.conninfo(), connect_timeout=5) as connection:
+            assert connection.execute("select 1").fetchone() == (1,)
+    finally:
+        taken.close()
+        server.stop(mode="immediate")
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def test_a_killed_server_is_recovered_by_the_next_start():
     home = Path(tempfile.mkdtemp(prefix="labkit-kill-"))
     server = EmbeddedServer(home)
