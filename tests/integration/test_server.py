@@ -5,6 +5,7 @@ Windows it listens on 127.0.0.1 only, with a password (tests/integration/test_tr
 that transport on every OS).
 """
 
+import contextlib
 import os
 import shutil
 import stat
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 import psutil
@@ -305,6 +307,70 @@ def test_watchdog_stops_the_server_of_a_killed_kernel():
             kernel.wait()
         EmbeddedServer(home).stop(mode="immediate")
         shutil.rmtree(home, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def watchdog_in_a_thread(server):
+    """labkit.watchdog's loop for ``server``, in a thread of this process (its log handler removed at the end)."""
+    import logging
+    import threading
+
+    from labkit import watchdog
+
+    labkit_log = logging.getLogger("labkit")
+    handlers, level = list(labkit_log.handlers), labkit_log.level
+    watching = threading.Thread(target=watchdog.watch, args=(server.home,), daemon=True)
+    watching.start()
+    try:
+        yield watching
+    finally:
+        server.stop()
+        watching.join(timeout=10)
+        for handler in set(labkit_log.handlers) - set(handlers):
+            labkit_log.removeHandler(handler)
+            handler.close()
+        labkit_log.setLevel(level)
+
+
+def test_the_watchdog_keeps_watching_through_restarts(own_server, monkeypatch):
+    """A restart leaves no postmaster.pid for about 0.1 s: a watchdog that polls then must not take it for gone.
+    Here it polls every 10 ms (2 s in use), so that every restart lands between two of its polls."""
+    from labkit import watchdog
+
+    monkeypatch.setattr(watchdog, "POLL_SECONDS", 0.01)
+    own_server.pin()  # no idle stop meanwhile
+    with watchdog_in_a_thread(own_server) as watching:
+        assert _wait_for(lambda: own_server.watchdog_pid() == os.getpid(), 5)
+        for _ in range(3):
+            own_server.restart()
+            assert watching.is_alive(), own_server.watchdog_log.read_text(encoding="utf-8")
+        own_server.stop()
+        watching.join(timeout=5)
+        assert not watching.is_alive()  # and it leaves once the server is gone for good
+    assert "the server is gone: exiting" in own_server.watchdog_log.read_text(encoding="utf-8")
+
+
+def test_the_watchdog_stays_through_a_refused_restart_that_is_put_right(own_server, monkeypatch):
+    """lab.set's restart fails (a setting the server cannot start with), then labkit puts the setting back and
+    starts the server: between the two the start lock is free and the server stopped, for one poll at most."""
+    from labkit import watchdog
+
+    polls: list[bool] = []
+
+    def between_polls(seconds):
+        polls.append(own_server.running())
+        if len(polls) == 1:
+            own_server.start(Profile.named("ci"), watch=False)  # the setting put back, the server started again
+        time.sleep(0.01)
+
+    own_server.pin()
+    own_server.stop()  # as the refused restart leaves it
+    monkeypatch.setattr(watchdog, "time", types.SimpleNamespace(sleep=between_polls, monotonic=time.monotonic))
+    with watchdog_in_a_thread(own_server) as watching:
+        assert _wait_for(lambda: len(polls) >= 3, 10), (polls, own_server.watchdog_log.read_text(encoding="utf-8"))
+        assert watching.is_alive() and polls[0] is False and own_server.running()
+    assert not watching.is_alive()  # the server stopped for good: it leaves
+    assert "the server is gone: exiting" in own_server.watchdog_log.read_text(encoding="utf-8")
 
 
 def test_a_failed_check_is_logged_and_a_dead_watchdog_is_replaced(monkeypatch):
