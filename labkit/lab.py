@@ -86,7 +86,7 @@ class Lab:
         self.profile = profile
         self.database = database_name(notebook)
         self.messages = messages
-        self.sessions = Sessions(lambda: self.conninfo)
+        self.sessions = Sessions(lambda: self.conninfo, gone=lambda error: server_gone(self, error))
         self.last_run: records.Run | None = None
         self.arms: dict = {}  # %%pgbench --arm cells, by name: the arms lab.experiment([...]) runs
 
@@ -158,6 +158,9 @@ class Lab:
         try:
             frame = pd.read_sql(statement, self.engine())
         except Exception as error:  # noqa: BLE001 - SQLAlchemy wraps psycopg's error; show the server's words
+            gone = server_gone(self, db.server_error(error))
+            if gone is not None:
+                raise gone from None
             raise UsageError(f"The check failed: {db.message(db.server_error(error))}") from None
         if len(frame) != 1:
             raise UsageError(f"A check must return exactly one row; this one returned {len(frame)}.")

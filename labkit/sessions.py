@@ -156,7 +156,7 @@ class Session:
         self._connect()
 
     def _connect(self) -> None:
-        self.connection = db.connect(self._registry.conninfo(), db.session_name(self.name))
+        self.connection = self._registry.connect(db.session_name(self.name))
         self.pid = self.connection.info.backend_pid
         self._owed = {}
         try:
@@ -393,6 +393,8 @@ class Sessions:
     """The sessions of one lab, and a monitor connection that sees who blocks whom."""
 
     conninfo: Callable[[], str]  # asked at each new connection: a restarted server may move
+    # what a failed connection means: the error to raise instead (ServerGone when the server is not running), or None
+    gone: Callable[[psycopg.OperationalError], Exception | None] = lambda error: None
     sessions: dict[str, Session] = field(default_factory=dict)
     _monitor: psycopg.Connection | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -404,9 +406,19 @@ class Sessions:
             self.sessions[name].configure(**timeouts)
         return self.sessions[name]
 
+    def connect(self, application_name: str) -> psycopg.Connection:
+        """A connection for a session or the monitor; a server that is gone is said as :attr:`gone` says it."""
+        try:
+            return db.connect(self.conninfo(), application_name)
+        except psycopg.OperationalError as error:
+            said = self.gone(error)
+            if said is not None:
+                raise said from None
+            raise
+
     def monitor(self) -> psycopg.Connection:
         if self._monitor is None or self._monitor.closed:
-            self._monitor = db.connect(self.conninfo(), db.MONITOR)
+            self._monitor = self.connect(db.MONITOR)
         return self._monitor
 
     def _monitor_rows(self, sql: str, params: dict) -> list[tuple]:

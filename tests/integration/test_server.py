@@ -396,6 +396,29 @@ def test_a_failed_check_is_logged_and_a_dead_watchdog_is_replaced(monkeypatch):
         shutil.rmtree(home, ignore_errors=True)
 
 
+def test_a_stopped_server_is_server_gone_from_a_session_and_a_check_too():
+    """The error contract beyond the magics: a session's next statement and lab.check say ServerGone, in one line."""
+    from labkit import lab as lab_module
+    from labkit.records import Run
+
+    home = Path(tempfile.mkdtemp(prefix="labkit-gone-"))
+    server = EmbeddedServer(home)
+    try:
+        server.start(Profile.named("ci"), watch=False)
+        lab_module._create_database(server, lab_module.database_name("gone"), Profile.named("ci"), False, [])
+        lab = lab_module.Lab(server, "gone", Profile.named("ci"), messages=[])
+        assert lab.session("T1").run("select 1").message() == "SELECT 1"
+        server.stop()
+        for attempt in (lambda: lab.session("T1").run("select 1"), lambda: lab.session("T2"),
+                        lambda: lab.check("select 1 as one", run=Run("r", "gone", "ci", "now"))):
+            with pytest.raises(labkit.ServerGone, match=r"^The lab server is not running .*run labkit.start\('gone'\)"):
+                attempt()
+        lab.close()
+    finally:
+        server.stop(mode="immediate")
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def test_bad_dsn_fails_fast_with_a_sentence(monkeypatch):
     monkeypatch.setenv("LABKIT_DSN", "host=/nonexistent-dir port=5 user=nobody dbname=x")
     started = time.monotonic()
