@@ -110,7 +110,8 @@ def is_lost(error: BaseException) -> bool:
     if not isinstance(error, psycopg.OperationalError):
         return False
     state = error.sqlstate
-    return state is None or state.startswith(_LOST)
+    # FATAL: the server ended the connection (a timeout such as idle_in_transaction_session_timeout, 25P03)
+    return state is None or state.startswith(_LOST) or error.diag.severity_nonlocalized == "FATAL"
 
 
 def message(error: BaseException) -> str:
