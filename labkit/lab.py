@@ -13,7 +13,7 @@ import time
 import psycopg
 from psycopg import sql as pgsql
 
-from . import db, pgbench, records, run_record, runner, serverlog, units
+from . import db, pgbench, records, run_record, runner, units
 from .backend import (
     SETTINGS_THAT_MATTER,
     Server,
@@ -366,15 +366,15 @@ class Lab:
             label = spec.name if not tags else f"{spec.name} ({tags['repeat']} of {tags['repeats']})"
             view = live_module.LiveView(label, spec.clients, live_module.probe_names(probes, work),
                                         planned_s=spec.duration_s)
-        log_file = getattr(self.server, "log_file", None)
-        log_start = serverlog.position(log_file)
         try:
             run = runner.PgbenchRunner(self._target()).run(spec, probes=probes, observer=view or observer,
                                                            work=work, perf=perf, tags=tags)
         except KeyboardInterrupt as error:
             # what was measured is the last run now: a check after the interrupt must not note into the run before
             self.last_run = getattr(error, "run", None)
-            if view is not None:
+            if view is not None and self.last_run is not None and not self.last_run.interrupted:
+                view.finished(self.last_run)  # it had ended when the interrupt came: its record is whole
+            elif view is not None:
                 view.stopped("interrupted; pgbench was stopped and its backends terminated.")
             raise
         except LabkitError:
@@ -385,8 +385,6 @@ class Lab:
             if view is not None:
                 view.stopped(f"the run failed ({type(error).__name__}, below).")
             raise
-        # the waits the server logged (log_lock_waits): how many reached deadlock_timeout (None: no log here)
-        run.note(lock_waits_logged=serverlog.lock_waits(log_file, log_start))
         self.last_run = run
         if view is not None:
             view.finished(run)
@@ -400,7 +398,7 @@ class Lab:
             conninfo=self.conninfo, environment=self.server.libpq_environment(self.database),
             pgbench=program("pgbench"), notebook=self.notebook, profile=self.profile.name,
             server=self.server_info(), registry=self.server.pgbench_registry(),
-            postmaster_pid=self.server.postmaster_pid(),
+            postmaster_pid=self.server.postmaster_pid(), log_file=getattr(self.server, "log_file", None),
         )
 
     def experiment(self, arms, *, metric: str = "tps", kind: str | None = None, repeats: int | None = None,

@@ -147,6 +147,61 @@ def test_interrupt_stops_pgbench_and_its_backends(lab, hot_row):
     while leftover_backends(lab) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert leftover_backends(lab) == 0
+    # No transaction got through, and what was measured is kept: the waits, and who held the lock.
+    run = lab.last_run
+    assert run is not None and run.name == "interrupted" and run.interrupted and run.transactions == 0
+    assert records.Run.load(run.path).interrupted
+    assert run.probes["waits"] and {row["holders"] for row in run.probes["held_by"]} == {
+        "int-holder (idle in transaction)"}, run.probes["held_by"]
+
+
+def test_an_interrupt_while_a_finished_run_is_recorded_keeps_the_run(lab, monkeypatch):
+    """Ctrl+C just as pgbench ends, while labkit reads what it left and makes the record."""
+    real = runner.wait_backends_gone
+
+    def interrupted_meanwhile(*args, **kwargs):
+        signal.raise_signal(signal.SIGINT)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "wait_backends_gone", interrupted_meanwhile)
+    with pytest.raises(KeyboardInterrupt, match="'late-interrupt' had finished when it was interrupted"):
+        lab.pgbench("select 1;", name="late-interrupt", clients=1, duration=1, probes=[], live=False)
+    run = lab.last_run
+    assert run is not None and run.name == "late-interrupt" and not run.interrupted and run.transactions > 0
+    assert records.Run.load(run.path).transactions == run.transactions
+
+
+def test_a_second_interrupt_while_pgbench_is_stopped_still_ends_its_backends(lab, hot_row, monkeypatch):
+    """A student who presses Ctrl+C twice: the second lands while labkit stops pgbench."""
+    from labkit import processes
+
+    real_interrupt, ended = processes.interrupt, []
+    real_terminate = runner.db.terminate_runs
+
+    def impatient(process, *args, **kwargs):
+        signal.raise_signal(signal.SIGINT)
+        return real_interrupt(process, *args, **kwargs)
+
+    def terminate(conninfo, names):
+        ended.extend(names)
+        return real_terminate(conninfo, names)
+
+    monkeypatch.setattr(processes, "interrupt", impatient)
+    monkeypatch.setattr(runner.db, "terminate_runs", terminate)
+    holder = lab.session("int-holder-2")
+    holder.run("begin; update hot set n = n where id = 1")  # pgbench's clients will wait on this lock
+    interrupt = threading.Timer(2.0, lambda: signal.raise_signal(signal.SIGINT))
+    interrupt.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            lab.pgbench("update hot set n = n + 1 where id = 1;", name="twice", clients=3, duration=30,
+                        hold_sessions=True, live=False)
+        assert len(ended) == 1 and ended[0].startswith("labkit-run-")
+        assert leftover_backends(lab) == 0  # ended, not left to notice later that their client is gone
+    finally:
+        interrupt.cancel()
+        holder.run("rollback")
+    assert pgbench_children() == [] and lab.last_run.name == "twice" and lab.last_run.interrupted
 
 
 def test_an_interrupt_before_the_output_is_read_stops_the_run_cleanly(lab, monkeypatch):
