@@ -157,7 +157,7 @@ def others_may_write(path: Path) -> str | None:
     writers = [who for bit, who in ((0o020, "its group"), (0o002, "every user")) if mode & bit]
     if writers:
         return f"is writable by {' and '.join(writers)} (mode {mode:o})"
-    if info.st_uid not in (os.geteuid(), 0):  # posix-only: Windows returned above
+    if sys.platform != "win32" and info.st_uid not in (os.geteuid(), 0):  # Windows returned above
         return f"belongs to another user (uid {info.st_uid}), who may change its mode"
     return None
 
