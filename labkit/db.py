@@ -9,8 +9,11 @@ probes and from a student's named sessions:
 | a named session      | ``labkit-T1``         | ``lab.session("T1")``, ``%%sql --session``  |
 | a run's clients      | ``labkit-run-<hex>``  | pgbench (``PGAPPNAME``), one name per run   |
 | the probes           | ``labkit-probe``      | the sampler beside a run                    |
-| the lock monitor     | ``labkit-monitor``    | the sessions, to see who blocks whom        |
-| everything else      | ``labkit-admin``      | settings, databases, checks, the watchdog   |
+| the lock monitor     | ``labkit-monitor``    | the sessions, to see who blocks whom; an    |
+|                      |                       | experiment's counts of server events        |
+| everything else      | ``labkit-admin``      | settings, databases, checks, the watchdog,  |
+|                      |                       | and ``lab.connect``, ``lab.value``,         |
+|                      |                       | ``lab.copy``, ``lab.engine``                |
 
 Session names may not take a name of labkit's own (``probe``, ``run-...``, ...).
 """
