@@ -22,8 +22,8 @@ The server, behind one interface (:class:`labkit.backend.Server`, picked by
   ``_windows``: the Job Object and owner-only access lists; ``limits``: open files, pgbench
   clients, semaphores
 - ``watchdog``     stops an unused server, reaps orphaned pgbench and ends their runs' backends;
-  it logs to ``log/watchdog.log`` in the server's home, and leaves once the server is gone (a
-  restart is not: it asks under the server's start lock)
+  it logs to ``log/watchdog.log`` in the server's home, and leaves once the server is gone (found
+  stopped at two polls in a row, each under the server's start lock: a restart is not gone)
 - ``serverlog``    what the server itself logged: a run's lock waits, why a start failed
 - ``db``           the one place that connects (psycopg, and SQLAlchemy's engine for
   ``pandas.read_sql``): every connection's options, and the ``application_name`` of each
@@ -57,11 +57,25 @@ A run, in one direction:
            and the tail on pgbench's clock, figures over the steady phase      run_record.py
       -> records.Run: the record, which saves itself as JSON (whole or not at all; Run.note
            saves a figure added later), listed; Repeats: the runs of one cell     records.py
-      -> verdict.compare: two groups of runs, a ratio with its spread          verdict.py
+      -> verdict.compare: two groups of runs, judged by the metric's kind: a rate's interleaved
+           pairs with a t interval (stats.py), a cost per repeat with its events    verdict.py
       -> charts.timeline / compare / sweep: data in, plotly figure out        charts.py
 
+A comparison, as an experiment:
+
+    lab.experiment({...}) / %%pgbench --arm cells / lab.sweep / lab.per_call      lab.py
+      -> experiment.run: the arms in rounds (A B, B A ...), each arm's setup around each run,
+           autovacuum visits and checkpoints counted around each (sql/run_events.sql), with a
+           budget: rounds added until decided, each look at a stricter interval     experiment.py
+      -> experiment.Result: one table and one sentence; the runs are ordinary records, tagged
+           with the experiment and their place in its order (records.Run.experiment, .order)
+
 Around it: ``sessions`` (named sessions that may block, each statement in a thread of its own;
-they reconnect after a server restart), ``profiles`` (ci / laptop / article, and the machine's
+they reconnect after a server restart), ``interleave`` (``%%steps``: isolation specs run as
+PostgreSQL's isolationtester runs them, over connections ``db`` opened (the sessions' and one
+control connection): each step a generator of ``psycopg.pq`` calls as psycopg's own generators
+are, waited for by psycopg's wait under the connection's lock, in the one thread using it),
+``profiles`` (ci / laptop / article, and the machine's
 size from its cgroup), ``widgets`` (panels that only call ``lab.pgbench``), ``perf``,
 ``article`` (the articles' figures), ``notebooks`` / ``pictures`` / ``binder`` / ``__main__``
 (the CLI), ``queries`` with ``sql/*.sql`` (the queries labkit runs on its own behalf, by name:
@@ -120,7 +134,7 @@ __all__ = [
 
 
 def load_ipython_extension(shell):
-    """``%load_ext labkit``: register %%sql and %%pgbench in this kernel."""
+    """``%load_ext labkit``: register %%sql, %%pgbench and %%steps in this kernel."""
     from .magics import load_ipython_extension as load
 
     load(shell)

@@ -274,6 +274,10 @@ class Server:
     def unregister_kernel(self) -> None:
         """Note that this process no longer uses the server."""
 
+    def other_kernels(self) -> list[int]:
+        """Pids of other kernels using the server now (only a server labkit runs keeps track of them)."""
+        return []
+
     def pgbench_registry(self):
         """Where pgbench processes are registered so that a dead kernel's are reaped (None: nowhere)."""
         return None

@@ -583,6 +583,9 @@ class EmbeddedServer(Server):
     def unregister_kernel(self) -> None:
         self.kernels.remove()
 
+    def other_kernels(self) -> list[int]:
+        return [pid for pid in self.kernels.live() if pid and pid != os.getpid()]
+
     def pin(self, pinned: bool = True) -> None:
         """Keep the server up without any kernel (``python -m labkit server start``)."""
         self.kernels.pin(pinned)

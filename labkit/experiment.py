@@ -213,6 +213,9 @@ class Result:
     def __str__(self) -> str:
         return self.sentence()
 
+    def __repr__(self) -> str:
+        return f"{self.table().to_string()}\n{self.sentence()}"
+
     def _repr_html_(self) -> str:
         import html
 
@@ -386,4 +389,61 @@ def _runner(lab, arm: Arm, spec, setup, experiment: str, position: int, repeat: 
     return go
 
 
-__all__ = ["Arm", "Result", "count_events", "events", "load_change", "plan", "run"]
+def per_call(lab, statements: dict[str, str], *, calls: int, rounds: int = 4, min_s: float = 1.0) -> Result:
+    """What one call costs in each of ``statements``, measured in one session, rounds alternating (A B, B A ...).
+
+    Throughput across many clients mixes the cost of a call with the machine's load and with how
+    the clients share the CPU; the backend's own CPU time per call does not. Each measurement
+    runs its statement again and again for at least ``min_s`` seconds in one session, and divides
+    its backend's CPU time (from the operating system: user and system time) by the calls made
+    (``calls`` per statement). Where the server is not a process labkit started on this machine,
+    its CPU cannot be read: the wall time the statements took is used instead, and said. Each
+    round is saved as a run record (``extra.ns_per_call``); the verdict reads them per round.
+    """
+    import psutil
+
+    if len(statements) < 2 or calls < 1 or rounds < 1:
+        raise UsageError("per_call compares two statements or more, each making calls >= 1 calls, in rounds >= 1.")
+    names = list(statements)
+    experiment = f"{names[0]}@{records.now_iso()}"
+    groups = {name: records.Repeats() for name in names}
+    ran: list[str] = []
+    started = time.monotonic()
+    with db.connect(lab.conninfo) as connection:
+        backend = None
+        if lab.server.postmaster_pid() is not None:
+            try:
+                backend = psutil.Process(connection.info.backend_pid)
+                backend.cpu_times()
+            except psutil.Error:
+                backend = None
+        basis = "the backend's CPU time" if backend is not None else "wall time (the server's CPU cannot be read here)"
+
+        def clock() -> float:
+            if backend is None:
+                return time.perf_counter()
+            times = backend.cpu_times()
+            return times.user + times.system
+
+        for sql in statements.values():
+            connection.execute(sql)  # a first call plans and caches: not part of the measurement
+        for round_number in range(rounds):
+            for name in plan(names, 1, first_round=round_number):
+                ran.append(name)
+                executions, begun, wall = 0, clock(), time.perf_counter()
+                while executions == 0 or time.perf_counter() - wall < min_s:
+                    connection.execute(statements[name])
+                    executions += 1
+                spent = clock() - begun
+                run = records.Run(name, lab.notebook, lab.profile.name, records.now_iso(),
+                                  scripts=[{"name": name, "text": statements[name], "weight": 1}], clients=1,
+                                  repeat=round_number + 1, repeats=rounds, series=f"{name}@{experiment}",
+                                  experiment=experiment, order=len(ran),
+                                  extra={"ns_per_call": round(spent / (executions * calls) * 1e9, 1),
+                                         "per_call_basis": basis, "executions": executions, "calls": calls})
+                run.save()
+                groups[name].append(run)
+    return Result(names, "ns_per_call", "cost", groups, ran, "as planned", time.monotonic() - started)
+
+
+__all__ = ["Arm", "Result", "count_events", "events", "load_change", "per_call", "plan", "run"]

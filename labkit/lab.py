@@ -32,6 +32,7 @@ from .queries import query
 from .records import Repeats
 from .sessions import Failed, Sessions, Waiting
 
+log = logging.getLogger(__name__)
 EXTENSIONS = ("pg_stat_statements", "pageinspect", "pgstattuple")
 log = logging.getLogger(__name__)
 
@@ -439,6 +440,17 @@ class Lab:
         return experiment.run(self, chosen, metric=metric, kind=kind, repeats=repeats, budget_s=budget_s,
                               order=order, seed=seed, setup=setup, after=after, defaults=run_options, live=live)
 
+    @_server_must_answer
+    def per_call(self, statements: dict[str, str], *, calls: int, rounds: int = 4, min_s: float = 1.0):
+        """The CPU time one call costs in each statement, in one session, rounds alternating.
+
+        E.g. ``lab.per_call({"volatile": "select seq_bulk('s100', 10000)", "stable": ...}, calls=10000)``;
+        see :func:`labkit.experiment.per_call`.
+        """
+        from . import experiment
+
+        return experiment.per_call(self, statements, calls=calls, rounds=rounds, min_s=min_s)
+
     def sweep(self, scripts: dict[str, str], clients: list[int], *, duration: float | None = None,
               mode: str | None = None, work: str | None = None, before=None, after=None,
               probes: list[Probe] | None = None, hold_sessions: bool = False, repeats: int = 1):
@@ -637,13 +649,9 @@ def start(notebook: str | None = None, *, profile: str | None = None, fresh: boo
             messages += platform_messages(system_of(sys.platform))
     else:
         behind = _below_profile(server, chosen)
-        if behind:  # the server was started for a smaller profile (another notebook's): say so, with the fix
-            wanted = ", ".join(f"{name}={value!r}" for name, _, value in behind)
-            messages.append(
-                f"The server was already running with smaller settings than the {chosen.name!r} profile's ("
-                + "; ".join(f"{name} {have}, {chosen.name} asks {value}" for name, have, value in behind)
-                + f"): lab.set({wanted}) applies them, with a restart (other notebooks' sessions reconnect; do it "
-                  "while no run is going).")
+        if behind:  # the server was started for a smaller profile (another notebook's): apply it, or say so
+            messages.append(_apply_profile(server, chosen, behind))
+            print(messages[-1])  # the settings every run of this notebook has: said in the cell, not only in lab
     exists = _create_database(server, database_name(notebook), chosen, fresh, messages)
     messages += _profile_advice(chosen)
     lab = Lab(server, notebook, chosen, messages=messages)
@@ -693,6 +701,31 @@ def _below_profile(server: Server, profile: Profile) -> list[tuple[str, str, str
         if have is not None and asked is not None and have < asked:
             behind.append((name, units.shown(setting, unit), wanted[name]))
     return behind
+
+
+def _apply_profile(server: Server, profile: Profile, behind: list[tuple[str, str, str]]) -> str:
+    """Raise the sized settings to ``profile``'s with a restart when no other notebook uses the server; what was done.
+
+    Where another notebook uses it, a restart would cut its sessions and maybe a run: say so, with
+    the fix, and leave it.
+    """
+    have = "; ".join(f"{name} {now}, {profile.name} asks {value}" for name, now, value in behind)
+    others = server.other_kernels()
+    busy = [entry for entry in (server.pgbench_registry().live_entries() if server.pgbench_registry() else [])
+            if entry.get("pid")]
+    if others or busy:
+        wanted = ", ".join(f"{name}={value!r}" for name, _, value in behind)
+        return (f"The server runs with smaller settings than the {profile.name!r} profile's ({have}): another notebook "
+                f"uses it, so they were not changed; lab.set({wanted}) applies them, with a restart (other notebooks' "
+                "sessions reconnect; do it while no run is going).")
+    with db.connect(server.admin_conninfo()) as connection:
+        for name, _, value in behind:
+            connection.execute(pgsql.SQL("alter system set {} = {}").format(pgsql.Identifier(name),
+                                                                            pgsql.Literal(value)))
+    server.restart()
+    log.info("applied the %s profile's %s with a restart", profile.name, have)
+    return (f"Applied the {profile.name!r} profile's settings ({have}) with a restart: no other notebook was using "
+            "the server.")
 
 
 def _size(text: str, unit: str | None = None) -> float | None:

@@ -25,6 +25,7 @@ class Availability:
 
 
 CUTOFF_PCT = 0.3  # perf report leaves out symbols with less self time than this (percent)
+FEW_SAMPLES = 300  # below this, one sample is a third of a percent or more: shares of a few percent are noise
 
 
 @cache
@@ -129,17 +130,15 @@ class Recording:
 
     def report(self) -> CpuProfile:
         perf = shutil.which("perf") or "perf"
-        base = [perf, "report", "-i", str(self.output), "--stdio", "--sort", "dso,symbol", "-g", "none",
+        base = [perf, "report", "-i", str(self.output), "--stdio", "--sort", "dso,symbol", "-g", "none", "-n",
                 "--percent-limit", str(CUTOFF_PCT)]
-        text = subprocess.run(base + (["--children"] if self.call_graph else ["--no-children"]),
-                              capture_output=True, text=True, encoding="utf-8", errors="replace", timeout=300).stdout
+        text = _run([*base, "--children" if self.call_graph else "--no-children"])
         symbols = parse_report(text)
         folded = {}
         if self.call_graph:
-            script = subprocess.run([perf, "script", "-i", str(self.output), "-F", "comm,ip,sym"],
-                                    capture_output=True, text=True, encoding="utf-8", errors="replace", timeout=300).stdout
-            folded = fold_script(script, limit=500)
-        samples = _sample_count(text)
+            folded = fold_script(_run([perf, "script", "-i", str(self.output), "-F", "comm,ip,sym"]), limit=FOLDED_KEPT)
+        # one line a sample: the exact count (the report's header rounds it, "1K")
+        samples = count_samples(_run([perf, "script", "-i", str(self.output), "-F", "tid"])) or _sample_count(text)
         symbols.sort(key=lambda row: (-row["self"], -(row["children"] or 0)))
         note = CALL_GRAPH_NOTE if self.call_graph else SELF_ONLY_NOTE
         if any(character.isspace() for character in self.server_program):
@@ -156,6 +155,22 @@ class Recording:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
+FOLDED_KEPT = 500  # the most frequent call chains a record keeps (the rest are summed in no chain)
+
+
+def _run(argv: list[str]) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, encoding="utf-8", errors="replace", timeout=300).stdout
+
+
+def count_samples(script: str) -> int:
+    """Samples in ``perf script -F tid`` output: one line each.
+
+    >>> count_samples("  17188 \\n  17204 \\n\\n")
+    2
+    """
+    return sum(1 for line in script.splitlines() if line.strip())
+
+
 @dataclass
 class CpuProfile:
     """Where the recorded processes spent their CPU time."""
@@ -170,13 +185,16 @@ class CpuProfile:
         return asdict(self)
 
 
-_REPORT_LINE = re.compile(r"^\s+(?P<first>[\d.]+)%\s+(?:(?P<second>[\d.]+)%\s+)?(?P<dso>\S+)\s+\[(?P<kind>.)\]\s+(?P<symbol>.+?)\s*$")
+_REPORT_LINE = re.compile(r"^\s+(?P<first>[\d.]+)%\s+(?:(?P<second>[\d.]+)%\s+)?(?:(?P<count>\d+)\s+)?(?P<dso>\S+)\s+"
+                          r"\[(?P<kind>.)\]\s+(?P<symbol>.+?)\s*$")
 _TRAILING_DASHES = re.compile(r"(\s+-)+$")
 _SAMPLES = re.compile(r"^# Samples: (?P<n>[\d.]+)(?P<unit>[KM]?)\s+of event")
 
 
 def parse_report(text: str) -> list[dict]:
-    """Rows of ``perf report --stdio --sort dso,symbol -g none`` (with or without ``--children``).
+    """Rows of ``perf report --stdio --sort dso,symbol -g none`` (with or without ``--children``, ``-n``).
+
+    With ``-n`` each row also has its self samples (``samples``), the count its share is made of.
 
     >>> parse_report('''
     ... # Children      Self  Shared Object  Symbol
@@ -184,6 +202,8 @@ def parse_report(text: str) -> list[dict]:
     ...      0.50%     0.00%  [kernel.kallsyms]  [k] entry_SYSCALL_64
     ... ''')
     [{'symbol': 's_lock', 'dso': 'postgres', 'kind': 'user', 'self': 27.54, 'children': 27.66}, {'symbol': 'entry_SYSCALL_64', 'dso': '[kernel.kallsyms]', 'kind': 'kernel', 'self': 0.0, 'children': 0.5}]
+    >>> parse_report("    99.15%     0.48%             4  libpython3.11.so.1.0  [.] _PyEval_EvalFrameDefault   -   -")
+    [{'symbol': '_PyEval_EvalFrameDefault', 'dso': 'libpython3.11.so.1.0', 'kind': 'user', 'self': 0.48, 'children': 99.15, 'samples': 4}]
     """
     rows = []
     for line in text.splitlines():
@@ -199,6 +219,8 @@ def parse_report(text: str) -> list[dict]:
             row.update({"self": first, "children": None})
         else:
             row.update({"self": float(second), "children": first})
+        if match["count"] is not None:
+            row["samples"] = int(match["count"])
         rows.append(row)
     return rows
 
@@ -221,6 +243,7 @@ def keep_top(symbols: list[dict], top: int) -> list[dict]:
 
 
 def _sample_count(text: str) -> int | None:
+    """The report header's sample count: exact below 1,000, then rounded ("1K": 1,000 to 1,499, say)."""
     for line in text.splitlines():
         match = _SAMPLES.match(line)
         if match:
@@ -303,9 +326,10 @@ def profile_of(run) -> dict:
 
 
 def table(run, *, top: int = 12):
-    """The top symbols of a profiled run: self and children percentages of the CPU samples.
+    """The top symbols of a profiled run: self and children percentages of the CPU samples, and the self samples.
 
-    Where perf was not available, a one-row frame with the reason.
+    Where perf was not available, a one-row frame with the reason. The frame's ``attrs["support"]``
+    is :func:`support`'s sentence: how many samples the shares rest on.
     """
     import pandas as pd
 
@@ -313,7 +337,58 @@ def table(run, *, top: int = 12):
     if not figures.get("available") or not figures.get("symbols"):
         return pd.DataFrame([{"perf": figures.get("message", "perf recorded no symbols")}])
     frame = pd.DataFrame(figures["symbols"][:top])
-    return frame[["symbol", "dso", "self", "children"]].rename(columns={"self": "self %", "children": "children %"})
+    columns = ["symbol", "dso", "self", "children"] + (["samples"] if "samples" in frame else [])
+    frame = frame[columns].rename(columns={"self": "self %", "children": "children %", "samples": "self samples"})
+    frame.attrs["support"] = support(run)
+    return frame
+
+
+def support(run) -> str:
+    """What a run's shares rest on, in one sentence: its samples, what one sample weighs, and too few when so.
+
+    >>> from labkit.records import Run
+    >>> print(support(Run("p", "nb", "ci", "now", extra={"perf": {"available": True, "samples": 87, "symbols": [{}]}})))
+    p: 87 CPU samples of the run's backends (one sample is 1.15 points of a share): too few to read a share of a few percent; run longer or with more clients.
+    """
+    figures = profile_of(run)
+    if not figures.get("available"):
+        return f"{run.name}: no profile ({figures.get('message', 'perf recorded nothing')})."
+    samples = figures.get("samples") or 0
+    weight = 100.0 / samples if samples else 0.0
+    said = f"{run.name}: {samples:,} CPU samples of the run's backends (one sample is {weight:.2f} points of a share)"
+    if samples < FEW_SAMPLES:
+        return said + ": too few to read a share of a few percent; run longer or with more clients."
+    return said + "."
+
+
+def callers(run, symbol: str) -> object:
+    """Who calls ``symbol`` in a profiled run's call chains: each caller's samples and share of all samples.
+
+    The question "which lock is it" is answered by the callers: ``LWLockAcquire`` under
+    ``GetSnapshotData`` is ProcArrayLock, under ``read_seq_tuple`` the sequence's buffer. A chain
+    holding the symbol twice counts once, at its outermost call. Read from the call chains the
+    record keeps (the most frequent ones, :data:`FOLDED_KEPT`): ``attrs["kept"]`` says how many
+    samples those chains hold of the run's.
+    """
+    import pandas as pd
+
+    figures = profile_of(run)
+    folded = figures.get("folded") or {}
+    if not figures.get("available") or not folded:
+        raise UsageError(f"Run {run.name!r} has no call chains: {figures.get('message') or figures.get('note', '')}")
+    counts: dict[str, int] = {}
+    for stack, count in folded.items():
+        frames = stack.split(";")
+        if symbol in frames:
+            at = frames.index(symbol)
+            caller = frames[at - 1] if at else "(the chain's root)"
+            counts[caller] = counts.get(caller, 0) + count
+    total = figures.get("samples") or sum(folded.values())
+    frame = pd.DataFrame([{"caller": caller, "samples": count, "share %": round(100.0 * count / total, 2)}
+                          for caller, count in sorted(counts.items(), key=lambda item: -item[1])],
+                         columns=["caller", "samples", "share %"])
+    frame.attrs["kept"] = f"{sum(folded.values()):,} of the run's {total:,} samples are in the chains kept"
+    return frame
 
 
 def recorded(run) -> bool:

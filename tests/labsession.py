@@ -10,8 +10,8 @@ The suite runs on several workers at once (pytest-xdist): most of its time is pg
 fixed length and timers, which a second or third worker overlaps. Each worker has a server of its
 own (its own LABKIT_HOME and results folder), so that a test that restarts or stops its server
 (a setting that needs a restart, a server that is gone) never stops another worker's notebook.
-What must run together runs on one worker, in order (:func:`group_of`): the cells of a notebook,
-and the checks of ``tests/labs`` that read the records that notebook wrote.
+What must run together runs on one worker, in order (:func:`group_of`): a test module, the cells
+of a notebook, and with them the checks of ``tests/labs`` that read the records it wrote.
 
 Tests marked ``posix`` or ``linux`` rely on that OS's behaviour and are skipped elsewhere.
 """
@@ -54,7 +54,7 @@ def pytest_configure(config):
             inherited = os.environ.pop(name, None)
             if inherited and os.environ.get(f"LABKIT_TEST_GIVEN_{name}"):
                 mine = Path(inherited) / f"pytest-{worker}"
-                mine.mkdir(mode=0o700, exist_ok=True)
+                mine.mkdir(mode=0o700, parents=True, exist_ok=True)
                 os.environ[name] = str(mine)
                 _CREATED.append(mine)
         _private_folders(f" {worker}")
@@ -86,7 +86,7 @@ _LAB_TEST = re.compile(r"test_(\d\d)_")
 
 
 def group_of(path: Path, notebooks: dict[str, str]) -> str | None:
-    """The worker group of a test file: a notebook, and the ``tests/labs`` checks of its records, together.
+    """The work unit of a notebook, and of the ``tests/labs`` checks of its records: one, the same (None: others).
 
     >>> group_of(Path("notebooks/02-flash-sale.ipynb"), {"02": "02-flash-sale"})
     'notebook-02-flash-sale'
@@ -103,13 +103,32 @@ def group_of(path: Path, notebooks: dict[str, str]) -> str | None:
     return None
 
 
-def pytest_collection_modifyitems(config, items):
+def pytest_xdist_make_scheduler(config, log):
+    """Whole work units: a module, a notebook's cells with the ``tests/labs`` checks of its records."""
+    from xdist.scheduler import LoadScopeScheduling
+
     root = Path(__file__).resolve().parents[1]
     notebooks = {path.stem[:2]: path.stem for path in (root / "notebooks").glob("[0-9][0-9]-*.ipynb")}
-    for item in items:
-        group = group_of(Path(str(item.path)), notebooks)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+
+    class LabScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(Path(nodeid.split("::", 1)[0]), notebooks) or super()._split_scope(nodeid)
+
+        ordered = False
+
+        def _assign_work_unit(self, node) -> None:
+            # The longest units first, so that none starts last and keeps the others waiting: the class hub
+            # (two minutes of one test), then the notebooks, then the rest, each by its number of tests.
+            # The queue is reordered, never the collection: workers are sent positions in their own.
+            if not self.ordered:
+                for unit in sorted(self.workqueue, key=lambda unit: (
+                        0 if unit.startswith("tests/hub") else 1 if unit.startswith("notebook-") else 2,
+                        -len(self.workqueue[unit]))):
+                    self.workqueue.move_to_end(unit)
+                self.ordered = True
+            super()._assign_work_unit(node)
+
+    return LabScheduling(config, log)
 
 
 def pytest_runtest_setup(item):

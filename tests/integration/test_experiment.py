@@ -53,3 +53,16 @@ def test_pgbench_cells_defined_as_arms_run_interleaved(lab, hot_row):
     result = lab.experiment(["cell-a", "cell-b"], repeats=1)
     assert result.ran == ["cell-a", "cell-b"]
     assert all(run.clients == 2 and run.duration_s == 3 for run in result.runs())
+
+
+def test_a_per_call_cost_in_one_session_reads_the_backends_own_cpu(lab):
+    lab.sql("drop sequence if exists pc_seq; create sequence pc_seq")
+    found = lab.per_call({"nextval": "select count(nextval('pc_seq')) from generate_series(1, 20000)",
+                          "count": "select count(g) from generate_series(1, 20000) g"},
+                         calls=20000, rounds=2, min_s=0.3)
+    assert found.ran == ["nextval", "count", "count", "nextval"] and found.kind == "cost"
+    saved = [records.Run.load(run.path) for run in found.runs()]
+    assert all(run.extra["per_call_basis"] == "the backend's CPU time" and run.extra["ns_per_call"] > 0
+               for run in saved)
+    assert len({run.experiment for run in saved}) == 1
+    assert found.verdict().basis == "per repeat"

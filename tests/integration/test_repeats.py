@@ -14,13 +14,13 @@ pytestmark = pytest.mark.integration
 def test_repeats_are_run_recorded_together_and_compared(lab):
     lab.sql("drop table if exists rep; create table rep (id int primary key, n int); insert into rep values (1, 0)")
     seen = []
-    plain = lab.pgbench("update rep set n = n + 1 where id = 1;", name="rep-one-row", clients=4, duration=2,
+    plain = lab.pgbench("update rep set n = n + 1 where id = 1;", name="rep-one-row", clients=4, duration=3,
                         repeats=2, live=False, setup="update rep set n = 0", after=lambda run: seen.append(run.repeat))
     assert isinstance(plain, records.Repeats) and len(plain) == 2 and seen == [1, 2]
     assert [run.repeat for run in plain] == [1, 2] and {run.repeats for run in plain} == {2}
     assert len({run.series for run in plain}) == 1 and len({run.path for run in plain}) == 2
     assert records.Run.load(plain[0].path).series == plain[0].series  # the tags are in the saved record
-    reads = lab.pgbench("select n from rep where id = 1;", name="rep-read", clients=4, duration=2, repeats=2,
+    reads = lab.pgbench("select n from rep where id = 1;", name="rep-read", clients=4, duration=3, repeats=2,
                         live=False)
     groups = lab.groups(["rep-one-row", "rep-read"])
     assert [run.path for run in groups["rep-one-row"]] == [run.path for run in plain]

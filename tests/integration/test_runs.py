@@ -340,8 +340,9 @@ def test_sweep_calls_before_and_after_each_run(lab, hot_row):
                      before=lambda lab, name, count: calls.append(("before", name, count)),
                      after=lambda lab, run: (calls.append(("after", run.name, run.clients)), run.note(seen=True)))
     assert [run.name for run in runs] == ["sweep-a", "sweep-b", "sweep-a", "sweep-b"]
+    # interleaved: the first script alternates from one point to the next
     assert calls == [("before", "a", 1), ("after", "sweep-a", 1), ("before", "b", 1), ("after", "sweep-b", 1),
-                     ("before", "a", 2), ("after", "sweep-a", 2), ("before", "b", 2), ("after", "sweep-b", 2)]
+                     ("before", "b", 2), ("after", "sweep-b", 2), ("before", "a", 2), ("after", "sweep-a", 2)]
     assert all(run.extra["seen"] is True and run.extra["method"] in ("a", "b") for run in runs)
 
 
@@ -379,7 +380,7 @@ def test_perf_records_the_server_backends(lab):
     lab.sql("drop sequence if exists perf_seq; create sequence perf_seq")
     before = set(Path(tempfile.gettempdir()).glob("labkit-perf-*"))
     run = lab.pgbench("select count(nextval('perf_seq')) from generate_series(1, 2000);", name="perf",
-                      clients=2, duration=2, perf=True, live=False)
+                      clients=2, duration=4, perf=True, live=False)
     figures = run.extra["perf"]
     assert figures["available"] is True and figures["samples"] > 50
     assert {"nextval_internal", "ExecInterpExpr"} & {row["symbol"] for row in figures["symbols"]}

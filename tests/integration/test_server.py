@@ -21,6 +21,7 @@ import psycopg
 import pytest
 
 import labkit
+from labkit import lab as lab_module
 from labkit.embedded import INCLUDE_LINE, EmbeddedServer
 from labkit.errors import LabkitError, UsageError
 from labkit.profiles import Profile
@@ -474,13 +475,37 @@ def test_doctor_reports_whether_the_external_server_answers(lab, monkeypatch, ca
     assert "127.0.0.1:1 (LABKIT_DSN) does not answer: " in server_line and "Connection refused" in server_line
 
 
-def test_a_bigger_profile_on_a_server_started_for_a_smaller_one_is_said_with_its_fix(lab):
-    """The test session's server runs under ci (128MB, 300 connections); a notebook asks for laptop."""
-    laptop = labkit.start("tests-laptop", profile="laptop")
-    said = [message for message in laptop.messages if message.startswith("The server was already running")]
-    assert said == ["The server was already running with smaller settings than the 'laptop' profile's (max_connections "
-                    "300, laptop asks 600; shared_buffers 128MB, laptop asks 256MB): lab.set(max_connections='600', "
-                    "shared_buffers='256MB') applies them, with a restart (other notebooks' sessions reconnect; do it "
-                    "while no run is going)."]
-    again = labkit.start("tests-ci-again", profile="ci")
-    assert not [message for message in again.messages if message.startswith("The server was already running")]
+def test_a_bigger_profile_is_applied_when_no_other_notebook_uses_the_server_else_said(monkeypatch, capsys):
+    """A server of its own runs under ci (128MB, 300 connections); a notebook asks for laptop."""
+    home = Path(tempfile.mkdtemp(prefix="labkit profile home "))
+    monkeypatch.setenv("LABKIT_HOME", str(home))
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        labkit.start("profile-ci", profile="ci")
+        server = EmbeddedServer(home)
+        server.kernels.add(other.pid)  # another notebook's kernel uses it
+        laptop = labkit.start("profile-laptop", profile="laptop")
+        said = "The server runs with smaller settings than the 'laptop' profile's (max_connections 300, laptop asks " \
+               "600; shared_buffers 128MB, laptop asks 256MB): another notebook uses it, so they were not changed"
+        assert any(message.startswith(said) for message in laptop.messages)
+        assert said in capsys.readouterr().out  # in the cell's output, not only in lab.messages
+        assert laptop.value("show shared_buffers") == "128MB"
+        server.kernels.remove(other.pid)  # that notebook is closed now
+        again = labkit.start("profile-laptop", profile="laptop")
+        assert "Applied the 'laptop' profile's settings (max_connections 300, laptop asks 600; shared_buffers 128MB, " \
+               "laptop asks 256MB) with a restart: no other notebook was using the server." in again.messages
+        assert again.value("show shared_buffers") == "256MB" and again.value("show max_connections") == "600"
+        run = again.pgbench("select 1;", clients=1, duration=1, live=False)
+        assert run.server["settings"]["shared_buffers"] in ("256MB", "32768")  # the record keeps what it ran with
+        ci = labkit.start("profile-ci-again", profile="ci")
+        assert not [message for message in ci.messages if "smaller settings" in message or "Applied" in message]
+    finally:
+        other.kill()
+        other.wait()
+        for name in ("profile-ci", "profile-laptop", "profile-ci-again"):  # the next test's lab is the session's
+            started = lab_module._LABS.pop(name, None)
+            if started is not None:
+                started.close()
+                lab_module._CURRENT.remove(started)
+        EmbeddedServer(home).stop(mode="immediate")
+        shutil.rmtree(home, ignore_errors=True)
