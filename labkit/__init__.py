@@ -82,8 +82,9 @@ size from its cgroup), ``widgets`` (panels that only call ``lab.pgbench``), ``pe
 the probes, the monitors, the settings; what stays inline is a statement that is its own
 description: ``show``, ``set``, ``select set_config`` and ``current_setting``, ``select 1``,
 ``select version()``, ``alter system``, ``create`` and ``drop database``, ``create extension``
-and ``copy`` built with ``psycopg.sql``, ``select pg_reload_conf()``, and a student's own SQL,
-run as written).
+and ``copy`` built with ``psycopg.sql``, ``select pg_reload_conf()``, the empty query that
+reads a session's pending messages, the isolation tester's own call that interleave makes as it
+does (``pg_isolation_test_session_is_blocked``), and a student's own SQL, run as written).
 
 What a student sees when something goes wrong (the error contract)
 ------------------------------------------------------------------
