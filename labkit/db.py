@@ -110,11 +110,14 @@ def engine(conninfo: str, application_name: str = ADMIN):
 
 def is_lost(error: BaseException) -> bool:
     """Whether ``error`` says the connection is gone (rather than a statement failing on a live one)."""
-    if not isinstance(error, psycopg.OperationalError):
+    if not isinstance(error, psycopg.Error):
         return False
+    # FATAL: the server ended the connection, whatever the error's class (idle_in_transaction_session_timeout's
+    # 25P03 is an InternalError to psycopg)
+    if error.diag.severity_nonlocalized == "FATAL":
+        return True
     state = error.sqlstate
-    # FATAL: the server ended the connection (a timeout such as idle_in_transaction_session_timeout, 25P03)
-    return state is None or state.startswith(_LOST) or error.diag.severity_nonlocalized == "FATAL"
+    return isinstance(error, psycopg.OperationalError) and (state is None or state.startswith(_LOST))
 
 
 def message(error: BaseException) -> str:

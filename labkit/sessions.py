@@ -253,12 +253,10 @@ class Session:
             try:
                 self.connection.execute("")  # a notification, or the server's goodbye: an empty query tells
                 return
-            except psycopg.OperationalError as error:
-                if not db.is_lost(error):
-                    return
+            except psycopg.Error as error:
+                if not db.is_lost(error) and not self.connection.closed:
+                    return  # an error from a connection that answers: it is not lost
                 self._lost_why = self._lost_why or db.message(error)
-            except psycopg.Error:
-                return  # an error from a connection that answers: it is not lost
             self._lost_transaction = self._lost_transaction or in_transaction
         started_before = self._server_started
         self.connection.close()
