@@ -39,10 +39,14 @@ def doctor(_args) -> int:
     if config.backend() == "external":
         rows.append(("server", _external_state()))
     elif config.backend() == "embedded":
-        status = server_for_backend().status()
+        embedded = server_for_backend()
+        status = embedded.status()
         rows.append(("server home", str(config.home())))
         rows.append(("server", ("running, " if status.running else "stopped; when running, ") + "listens on "
                      + (status.listens or "?")))
+        failed = None if status.running else getattr(embedded, "last_start_failure", lambda: None)()
+        if failed:
+            rows.append(("last start", f"failed: {failed}"))
     rows.append(("results", str(config.results_dir())))
     profile = current()
     source = {"LABKIT_PROFILE": "from LABKIT_PROFILE", "Binder": "on Binder", "default": "the default"}[default_name()[1]]
@@ -103,6 +107,11 @@ def server(args) -> int:
         started = target.start(current(), watch=False)
         target.pin(True)
         print("started" if started else "already running")
+    elif args.action == "reset-settings":
+        removed = target.reset_settings(current())
+        print(("removed " + ", ".join(f"{name} = {value}" for name, value in removed.items())
+               + f" (a copy is in {target.log_dir}); ") if removed else "no setting made with lab.set; ", end="")
+        print("the server runs")
     elif args.action == "stop":
         target.pin(False)
         print("stopped" if target.stop() else "not running")
@@ -173,7 +182,9 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("doctor", help="what labkit finds on this machine")
     server_parser = commands.add_parser("server", help="start, stop or show the embedded server")
-    server_parser.add_argument("action", choices=["start", "stop", "status"])
+    server_parser.add_argument("action", choices=["start", "stop", "status", "reset-settings"],
+                               help="reset-settings: remove the settings made with lab.set (a copy is kept) and start "
+                                    "the server, which one of them kept from starting")
     bench = commands.add_parser("pgbench", help="a pgbench run through labkit (other options go to pgbench)")
     bench.epilog = "Example: python -m labkit pgbench -c 8 -T 10 -f script.sql --name try"
     bench.add_argument("--json", help="also write the run record here")

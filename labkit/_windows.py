@@ -316,6 +316,24 @@ def make_private(path: Path, *, folder: bool) -> None:
                       "an NTFS drive of this computer (e.g. C:\\labkit).")
 
 
+# Rights that let an account add, remove or rename what is in a folder, or change who may (winnt.h).
+_WRITE_RIGHTS = (0x2 | 0x4 | 0x40 | 0x10000 | 0x40000 | 0x80000  # add file, add folder, delete child, delete, DAC, owner
+                 | 0x10000000 | 0x40000000)  # generic all, generic write
+_TRUSTED = {SYSTEM_SID, "S-1-5-32-544", "S-1-3-0"}  # SYSTEM, Administrators, the creator (stands for the owner)
+
+
+def others_who_may_write(path: Path) -> list[str]:
+    """The accounts (SIDs) other than this user, SYSTEM and the administrators that may add files in ``path``.
+
+    Entries that only pass on to what is made inside (``IO``) are not the folder's own.
+    """
+    calls = security()
+    user = calls.user_sid()
+    dacl = parse_dacl(calls.read(path), user)
+    return sorted({ace.sid for ace in dacl.aces if ace.kind == "A" and "IO" not in ace.flags
+                   and ace.rights & _WRITE_RIGHTS and ace.sid not in _TRUSTED | {user}})
+
+
 @cache
 def _advapi32():
     if sys.platform != "win32":  # importable everywhere (doctests collect every module); used on Windows only

@@ -230,6 +230,13 @@ class Server:
         """Restart the server (only where :attr:`can_restart`)."""
         raise UsageError(f"labkit does not restart the {self.kind} server: restart it yourself.")
 
+    def undo_settings(self, values: dict[str, str | None]) -> bool:
+        """Put these settings back and start the server again, after a restart a new value kept it from; False: cannot.
+
+        ``values``: each setting's ALTER SYSTEM value before (None: it had none).
+        """
+        return False
+
     def running(self) -> bool:
         """Whether the server runs (for an external server: assumed)."""
         return True

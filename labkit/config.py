@@ -17,7 +17,10 @@ Every text file labkit reads or writes is UTF-8, whatever the platform's locale.
 from __future__ import annotations
 
 import os
+import secrets
+import stat
 import sys
+import time
 from pathlib import Path
 
 import platformdirs
@@ -30,6 +33,8 @@ ENCODING = "utf-8"
 # A Unix socket's path may hold at most 104 bytes on macOS (108 on Linux): the server's socket and
 # a headless kernel's ZeroMQ sockets are put in a shorter folder when theirs would be longer.
 SOCKET_PATH_LIMIT = 100
+# How long a replace or a removal is retried while another process holds the file open (Windows).
+RETRY_S = 1.0
 
 
 def is_root() -> bool:
@@ -107,33 +112,97 @@ def shipped(name: str) -> Path:
 
 
 def private_dir(path: Path, mode: int = 0o700) -> Path:
-    """Create ``path`` (and parents) if needed; the leaf gets ``mode``, never world-writable.
+    """Create ``path`` (and its missing parents), private: each folder made here gets ``mode``, never world-writable.
+
+    A folder that already exists is not labkit's to change (a shared setgid folder, a sticky
+    one such as /tmp): it is left as it is, and a warning says so when others may write in it,
+    since they could then replace what labkit keeps there.
 
     On Windows ``chmod`` only sets the read-only flag, and a folder takes its parent's
-    inherited access list (under ``C:\\`` every local user may read it): a folder that no one
-    else may enter (``mode`` without group and other bits) gets an access list of its own
+    inherited access list (under ``C:\\`` every local user may read it): a folder made here that no
+    one else may enter (``mode`` without group and other bits) gets an access list of its own
     instead, which what is made in it inherits (:func:`labkit._windows.make_private`).
     """
-    path.mkdir(parents=True, exist_ok=True)
-    path.chmod(mode & ~0o002)
-    if WINDOWS and not mode & 0o077:
-        _windows.make_private(path, folder=True)
+    missing = [folder for folder in [path, *path.parents] if not folder.exists()]
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=0o700)  # nobody else's for a moment, whatever the umask
+        except FileExistsError:  # made meanwhile by another kernel: not ours
+            continue
+        folder.chmod(mode & ~0o002)
+        if WINDOWS and not mode & 0o077:
+            _windows.make_private(folder, folder=True)
+    if path not in missing:
+        problem = others_may_write(path)
+        if problem:
+            import warnings
+
+            warnings.warn(f"{path} {problem}: they could replace what labkit keeps there. labkit leaves the folder as "
+                          "it is; use a folder of your own, or a path that does not exist yet (labkit then makes it "
+                          "private).", UserWarning, stacklevel=2)
     return path
 
 
-def write_private(path: Path, text: str) -> Path:
-    """Write ``text`` to a file only its owner can read (created with mode 0600 from the start).
+def others_may_write(path: Path) -> str | None:
+    """Why others than this user may create or remove files in the folder ``path`` (None when they may not).
 
-    On Windows the file gets an access list of its own (the user and SYSTEM) before the text is in it.
+    POSIX: a group or other write bit, or an owner who is neither this user nor root. Windows: an
+    entry of its access list that lets another account add files.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    flags = os.O_WRONLY | os.O_TRUNC | getattr(os, "O_BINARY", 0)
-    descriptor = os.open(path, flags | os.O_CREAT, 0o600)
-    if WINDOWS:  # the mode above is only the read-only flag there
-        os.close(descriptor)
-        _windows.make_private(path, folder=False)
-        descriptor = os.open(path, flags)
-    with open(descriptor, "w", encoding=ENCODING) as handle:
-        handle.write(text)
-    path.chmod(0o600)
+    if WINDOWS:
+        others = _windows.others_who_may_write(path)
+        return f"lets {', '.join(others)} add files in it" if others else None
+    info = path.stat()
+    mode = stat.S_IMODE(info.st_mode)
+    writers = [who for bit, who in ((0o020, "its group"), (0o002, "every user")) if mode & bit]
+    if writers:
+        return f"is writable by {' and '.join(writers)} (mode {mode:o})"
+    if sys.platform != "win32" and info.st_uid not in (os.geteuid(), 0):  # Windows returned above
+        return f"belongs to another user (uid {info.st_uid}), who may change its mode"
+    return None
+
+
+def retrying(action, *args, seconds: float = RETRY_S):
+    """Call ``action(*args)``, retrying for ``seconds`` while Windows reports a sharing violation."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return action(*args)
+        except PermissionError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.02)
+
+
+def write_private(path: Path, text: str) -> Path:
+    """Write ``text`` whole to a file only its owner can read: a reader sees the old file or the new one, never half.
+
+    The text goes to a new file beside ``path``, owner-only from its creation (mode 0600; on
+    Windows an access list of its own before the text is in it), made with ``O_EXCL`` so that
+    nothing already there (a link planted by someone else) is opened; that file then replaces
+    ``path`` (a link at ``path`` is itself replaced, its target never written). Should the
+    write fail (a full disk), ``path`` keeps what it held and the new file is removed. On
+    Windows a file another process reads cannot be replaced for that moment: the replace is
+    retried briefly.
+    """
+    if not path.parent.exists():
+        private_dir(path.parent)
+    partial = path.with_name(f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    binary = getattr(os, "O_BINARY", 0)
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | binary, 0o600)
+    try:
+        if WINDOWS:  # the mode above is only the read-only flag there
+            os.close(descriptor)
+            descriptor = -1
+            _windows.make_private(partial, folder=False)
+            descriptor = os.open(partial, os.O_WRONLY | binary)
+        with open(descriptor, "w", encoding=ENCODING) as handle:
+            descriptor = -1  # the handle closes it
+            handle.write(text)
+        retrying(os.replace, partial, path)
+    except BaseException:
+        if descriptor >= 0:
+            os.close(descriptor)
+        partial.unlink(missing_ok=True)
+        raise
     return path

@@ -9,8 +9,11 @@ probes and from a student's named sessions:
 | a named session      | ``labkit-T1``         | ``lab.session("T1")``, ``%%sql --session``  |
 | a run's clients      | ``labkit-run-<hex>``  | pgbench (``PGAPPNAME``), one name per run   |
 | the probes           | ``labkit-probe``      | the sampler beside a run                    |
-| the lock monitor     | ``labkit-monitor``    | the sessions, to see who blocks whom        |
-| everything else      | ``labkit-admin``      | settings, databases, checks, the watchdog   |
+| the lock monitor     | ``labkit-monitor``    | the sessions, to see who blocks whom; an    |
+|                      |                       | experiment's counts of server events        |
+| everything else      | ``labkit-admin``      | settings, databases, checks, the watchdog,  |
+|                      |                       | and ``lab.connect``, ``lab.value``,         |
+|                      |                       | ``lab.copy``, ``lab.engine``                |
 
 Session names may not take a name of labkit's own (``probe``, ``run-...``, ...).
 """
@@ -35,6 +38,7 @@ ADMIN = PREFIX + "admin"
 RUN = PREFIX + "run-"
 _RESERVED = re.compile(r"(probe|monitor|admin|run-.*)", re.IGNORECASE)
 CONNECT_TIMEOUT_S = 5
+SHOWN_NAME_BYTES = 63  # NAMEDATALEN - 1: what pg_stat_activity keeps of an application_name
 
 # SQLSTATE classes of a connection that is gone: class 08 (connection exception) and the
 # server shutting down (57P01 admin_shutdown, 57P02 crash_shutdown, 57P03 cannot_connect_now).
@@ -51,6 +55,21 @@ def session_name(name: str) -> str:
         raise UsageError(f"{name!r} is a name labkit uses for its own connections: name the session otherwise "
                          "(e.g. T1, buyer, worker2).")
     return PREFIX + name
+
+
+def shown_name(application_name: str) -> str:
+    """An application_name as the server shows it in ``pg_stat_activity``, where labkit's filters read it back.
+
+    The server writes each byte outside printable ASCII as ``\\xNN`` (``pg_clean_ascii``) and
+    keeps the first 63 bytes (``NAMEDATALEN - 1``, in ``pgstat_report_appname``).
+
+    >>> shown_name("labkit-T1"), shown_name("labkit-é")
+    ('labkit-T1', 'labkit-\\\\xc3\\\\xa9')
+    >>> len(shown_name("labkit-" + "buyer" * 20))
+    63
+    """
+    clean = "".join(chr(byte) if 32 <= byte <= 126 else f"\\x{byte:02x}" for byte in application_name.encode())
+    return clean[:SHOWN_NAME_BYTES]
 
 
 def run_name() -> str:
@@ -91,10 +110,14 @@ def engine(conninfo: str, application_name: str = ADMIN):
 
 def is_lost(error: BaseException) -> bool:
     """Whether ``error`` says the connection is gone (rather than a statement failing on a live one)."""
-    if not isinstance(error, psycopg.OperationalError):
+    if not isinstance(error, psycopg.Error):
         return False
+    # FATAL: the server ended the connection, whatever the error's class (idle_in_transaction_session_timeout's
+    # 25P03 is an InternalError to psycopg)
+    if error.diag.severity_nonlocalized == "FATAL":
+        return True
     state = error.sqlstate
-    return state is None or state.startswith(_LOST)
+    return isinstance(error, psycopg.OperationalError) and (state is None or state.startswith(_LOST))
 
 
 def message(error: BaseException) -> str:

@@ -38,7 +38,11 @@ class ServerGone(LabkitError):
 
 
 class ServerStartFailed(LabkitError):
-    """A server backend could not start; ``detail`` holds the tail of its log."""
+    """A server backend could not start; ``detail`` holds the tail of its log, ``reason`` the server's own word."""
+
+    def __init__(self, message: str, *, detail: str | None = None, reason: str | None = None):
+        super().__init__(message, detail=detail)
+        self.reason = reason  # what the server logged as it refused to start (its FATAL message), when known
 
 
 def tail(text: str, lines: int = 15) -> str:

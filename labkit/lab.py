@@ -13,7 +13,7 @@ import time
 import psycopg
 from psycopg import sql as pgsql
 
-from . import db, pgbench, records, run_record, runner, serverlog, units
+from . import db, pgbench, records, run_record, runner, units
 from .backend import (
     SETTINGS_THAT_MATTER,
     Server,
@@ -24,7 +24,7 @@ from .backend import (
     system_of_version,
 )
 from .binaries import program
-from .errors import LabkitError, RunFailed, ServerGone, UsageError, connection_problem
+from .errors import LabkitError, RunFailed, ServerGone, ServerStartFailed, UsageError, connection_problem
 from .pgbench import Spec
 from .probes import WAIT_EVENTS, Probe, plain_value
 from .profiles import SPARE_CONNECTIONS, Profile, current, default_name
@@ -34,6 +34,7 @@ from .sessions import Failed, Sessions, Waiting
 
 log = logging.getLogger(__name__)
 EXTENSIONS = ("pg_stat_statements", "pageinspect", "pgstattuple")
+log = logging.getLogger(__name__)
 
 
 def database_name(notebook: str) -> str:
@@ -86,7 +87,7 @@ class Lab:
         self.profile = profile
         self.database = database_name(notebook)
         self.messages = messages
-        self.sessions = Sessions(lambda: self.conninfo)
+        self.sessions = Sessions(lambda: self.conninfo, gone=lambda error: server_gone(self, error))
         self.last_run: records.Run | None = None
         self.arms: dict = {}  # %%pgbench --arm cells, by name: the arms lab.experiment([...]) runs
 
@@ -158,6 +159,9 @@ class Lab:
         try:
             frame = pd.read_sql(statement, self.engine())
         except Exception as error:  # noqa: BLE001 - SQLAlchemy wraps psycopg's error; show the server's words
+            gone = server_gone(self, db.server_error(error))
+            if gone is not None:
+                raise gone from None
             raise UsageError(f"The check failed: {db.message(db.server_error(error))}") from None
         if len(frame) != 1:
             raise UsageError(f"A check must return exactly one row; this one returned {len(frame)}.")
@@ -212,11 +216,16 @@ class Lab:
         try:
             with db.connect(self.server.admin_conninfo()) as connection:
                 loaded = db.one(connection, query("conf_load_time"))
+                # what ALTER SYSTEM held for them before: put back if the server will not start with the new values
+                # (read where labkit restarts the server: it owns it, and pg_file_settings is a superuser's view)
+                altered: dict[str, str] = dict(connection.execute(query("altered_settings"), {"names": [n.lower() for n in settings]})
+                               ) if self.server.can_restart else {}
                 for name, value in settings.items():
                     connection.execute(pgsql.SQL("alter system set {} = {}").format(
                         pgsql.Identifier(name), pgsql.Literal(str(value))))
                 connection.execute("select pg_reload_conf()")
                 _wait_for_reload(connection, loaded)
+            log.info("set %s with ALTER SYSTEM", ", ".join(f"{name}={value!r}" for name, value in settings.items()))
         except psycopg.Error as error:
             raise LabkitError(f"Could not change the settings: {db.message(error)}") from None
         restart = bool(self.settings(*settings)["pending_restart"].any())
@@ -226,11 +235,36 @@ class Lab:
                                  "server.")
         elif restart:
             # this notebook's sessions reconnect by themselves, as other notebooks' do (a lost transaction is said)
-            self.server.restart()
+            log.info("restarting the server for %s", ", ".join(settings))
+            try:
+                self.server.restart()
+            except ServerStartFailed as failure:
+                raise self._refused(settings, {name.lower(): altered.get(name.lower()) for name in settings},
+                                    failure) from None
             restarted = True
         after = self.settings(*settings).set_index("name")["setting"].to_dict()
         return pd.DataFrame([{"name": n, "before": before.get(n), "after": after.get(n), "restarted": restarted}
                              for n in settings])
+
+    def _refused(self, settings: dict, before: dict[str, str | None], failure: ServerStartFailed) -> LabkitError:
+        """The error to raise when the server would not start with new settings: they are undone first, if labkit can.
+
+        Left in ALTER SYSTEM's file, such a value would keep the server from starting ever after, in
+        every notebook.
+        """
+        asked = ", ".join(f"{name}={value!r}" for name, value in settings.items())
+        why = failure.reason or failure.short
+        try:
+            undone = self.server.undo_settings(before)
+        except ServerStartFailed as again:
+            return ServerStartFailed(f"The server would not start with {asked} ({why}), nor once labkit had put them "
+                                     f"back: {again.short}", detail=again.detail, reason=again.reason)
+        if not undone:
+            return failure
+        back = ", ".join(f"{name} back to {value!r}" if value is not None else f"{name} back to its default"
+                         for name, value in before.items())
+        return UsageError(f"The server would not start with {asked}: {why}. labkit put {back} and started the "
+                          "server again (sessions connect again by themselves): choose another value.")
 
     def _refuse_restart_during_other_runs(self, names: list[str]) -> None:
         """A restart would stop another notebook's pgbench run: refuse, naming it, before changing anything."""
@@ -333,15 +367,15 @@ class Lab:
             label = spec.name if not tags else f"{spec.name} ({tags['repeat']} of {tags['repeats']})"
             view = live_module.LiveView(label, spec.clients, live_module.probe_names(probes, work),
                                         planned_s=spec.duration_s)
-        log_file = getattr(self.server, "log_file", None)
-        log_start = serverlog.position(log_file)
         try:
             run = runner.PgbenchRunner(self._target()).run(spec, probes=probes, observer=view or observer,
                                                            work=work, perf=perf, tags=tags)
         except KeyboardInterrupt as error:
             # what was measured is the last run now: a check after the interrupt must not note into the run before
             self.last_run = getattr(error, "run", None)
-            if view is not None:
+            if view is not None and self.last_run is not None and not self.last_run.interrupted:
+                view.finished(self.last_run)  # it had ended when the interrupt came: its record is whole
+            elif view is not None:
                 view.stopped("interrupted; pgbench was stopped and its backends terminated.")
             raise
         except LabkitError:
@@ -352,8 +386,6 @@ class Lab:
             if view is not None:
                 view.stopped(f"the run failed ({type(error).__name__}, below).")
             raise
-        # the waits the server logged (log_lock_waits): how many reached deadlock_timeout (None: no log here)
-        run.note(lock_waits_logged=serverlog.lock_waits(log_file, log_start))
         self.last_run = run
         if view is not None:
             view.finished(run)
@@ -367,7 +399,7 @@ class Lab:
             conninfo=self.conninfo, environment=self.server.libpq_environment(self.database),
             pgbench=program("pgbench"), notebook=self.notebook, profile=self.profile.name,
             server=self.server_info(), registry=self.server.pgbench_registry(),
-            postmaster_pid=self.server.postmaster_pid(),
+            postmaster_pid=self.server.postmaster_pid(), log_file=getattr(self.server, "log_file", None),
         )
 
     def experiment(self, arms, *, metric: str = "tps", kind: str | None = None, repeats: int | None = None,

@@ -1,10 +1,15 @@
-"""``%%sql`` and ``%%pgbench``: thin shells over the notebook's current :class:`labkit.lab.Lab`.
+"""``%%sql``, ``%%pgbench`` and ``%%steps``: thin shells over the notebook's current :class:`labkit.lab.Lab`.
 
     %%sql --session T2
     update tbl set cnt = cnt - 1 where id = 1;   -- blocks while T1 holds the row
 
     %%pgbench -c {clients} -T 10 --name plain
     update tbl set cnt = cnt - 1 where id = 1;
+
+    %%steps
+    session s1
+    step s1u { update tbl set cnt = cnt - 1 where id = 1; }
+    ...
 
 Registered once per kernel (``%load_ext labkit``, or the first ``labkit.start()``); each cell
 uses the lab that ``labkit.start()`` returned last. A labkit error becomes one short line (an
@@ -14,6 +19,7 @@ because it is often the lesson.
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Any
 
@@ -29,6 +35,7 @@ from .errors import LabkitError, UsageError, connection_problem
 from .probes import WAIT_EVENTS, Probe
 from .sessions import Failed, Result, Waiting
 
+log = logging.getLogger(__name__)
 # With --lock-timeout up to this long, the cell waits for the timeout instead of returning early.
 MAX_CELL_WAIT_S = 30
 # Options of %%pgbench that are labkit's, not pgbench's.
@@ -320,11 +327,29 @@ class LabMagics(Magics):
         return value
 
 
+def _one_line(shell, etype, value, _traceback, **_where) -> list[str]:
+    """IPython's handler for labkit's own errors raised in a code cell: the sentence, without a traceback.
+
+    As the magics show them (an IPython UsageError is printed the same way), with the detail
+    (a log's tail) below it when there is one.
+    """
+    print(f"{etype.__name__}: {value}", file=sys.stderr)
+    return []
+
+
 def register_once(shell=None) -> None:
-    """Register %%sql and %%pgbench in this kernel unless they are already there."""
+    """Register %%sql, %%pgbench and %%steps in this kernel unless they are already there, and the one-line errors.
+
+    A labkit error raised by a code cell (``lab.pgbench(clients=0)``) is then one line too, as in
+    a magic's cell; IPython has one slot for such a handler: one set by someone else is kept.
+    """
     shell = shell or get_ipython()
     if shell is None:
         return
+    if not shell.custom_exceptions:
+        shell.set_custom_exc((LabkitError,), _one_line)
+    elif shell.custom_exceptions != (LabkitError,):
+        log.info("labkit errors show a traceback in code cells: this kernel has an exception handler of its own")
     if any(isinstance(instance, LabMagics) for instance in shell.magics_manager.registry.values()):
         return
     shell.register_magics(LabMagics)

@@ -1,7 +1,8 @@
 """pgbench without a server: options in, argv out; output text in, numbers out.
 
-Everything here is pure (no process, no connection), so it is tested against real
-recorded output of pgbench 15 and 18 and the older formats quoted in the articles.
+Everything here is pure (no process, no connection; two reads: a ``-f`` script's file, and the
+machine's size from its cgroup for a ``-j`` not given), so it is tested against real recorded
+output of pgbench 15 and 18 and the older formats quoted in the articles.
 The process itself is run by :mod:`labkit.runner`; its outputs become a record in
 :mod:`labkit.run_record`.
 

@@ -56,6 +56,7 @@ class Probe:
     per_run: bool = False
     lock_table: str | None = None  # when it reads the lock table, if not on every sample
     counters: tuple[str, ...] = ()  # cumulative columns, stored as ``<name>_per_s`` since the previous sample
+    columns: tuple[str, ...] = ()  # the names its columns are stored under (default: the SQL's own)
 
     @property
     def reads_lock_table(self) -> bool | str:
@@ -251,6 +252,10 @@ class _SqlSchedule(_Schedule):
         assert self.connection is not None
         cursor = self.connection.execute(self.item.sql)
         columns = [c.name for c in cursor.description or []]
+        if self.item.columns and columns:
+            if len(columns) != len(self.item.columns):
+                raise ValueError(f"it returns {len(columns)} columns, not {len(self.item.columns)}")
+            columns = list(self.item.columns)
         rows = cursor.fetchall() if columns else []
         batch = [{"t": t, **{c: plain_value(v) for c, v in zip(columns, row)}} for row in rows]
         if not batch and self.item.name == WAIT_EVENTS.name:

@@ -24,16 +24,19 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 WINDOWS = sys.platform == "win32"
+log = logging.getLogger(__name__)
 # How long an interrupted child gets to stop by itself before it is killed.
 INTERRUPT_GRACE_S = 2.0
 
@@ -154,6 +157,37 @@ def interrupt(process: subprocess.Popen, grace_s: float = INTERRUPT_GRACE_S) -> 
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+
+
+class HeldInterrupts:
+    """Ctrl+C held from :meth:`hold` until :meth:`release`, which says whether one came meanwhile.
+
+    For what must not stop halfway once it has begun (a finished run's record, the ending of an
+    interrupted run's backends): a second Ctrl+C there would lose the run or leave its backends
+    waiting. Only the main thread hears SIGINT (Windows' console and a kernel's interrupt, sent
+    there through ``_thread.interrupt_main``, included); elsewhere nothing is held.
+    """
+
+    def __init__(self, what: str):
+        self.what = what
+        self.came = False
+        self._previous: Any = None
+
+    def hold(self) -> None:
+        if self._previous is not None or threading.current_thread() is not threading.main_thread():
+            return
+        self._previous = signal.getsignal(signal.SIGINT) or signal.default_int_handler  # None: set outside Python
+        signal.signal(signal.SIGINT, self._note)
+
+    def _note(self, _signum, _frame) -> None:
+        self.came = True
+        log.info("interrupt held until %s", self.what)
+
+    def release(self) -> bool:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+            self._previous = None
+        return self.came
 
 
 def spawn_detached(argv: list[str], log: Path | None = None) -> None:

@@ -9,14 +9,17 @@ dict for each experiment's own figures (goodput, HOT ratio, ...).
 from __future__ import annotations
 
 import json
+import os
 import re
+import secrets
+import warnings
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 
 from . import config
 from .config import ENCODING
-from .errors import UsageError
+from .errors import LabkitError, UsageError
 from .phases import Phases, progress_intervals
 
 PARTS = ("start", "steady", "tail")
@@ -165,7 +168,11 @@ class Run:
         return round(sum(s["end"] - s["start"] for s in self.stalls), 1)
 
     def note(self, **figures) -> Run:
-        """Add figures to ``extra`` and save the record again, e.g. ``run.note(stock_after=0)``."""
+        """Add figures to ``extra`` and save the record again, e.g. ``run.note(stock_after=0)``.
+
+        The record is written whole or not at all: when it cannot be (a full disk), the saved
+        file keeps what it held and the error says so.
+        """
         self.extra.update(figures)
         if self.path:
             self.save(Path(self.path).parent)
@@ -188,18 +195,24 @@ class Run:
 
         Two runs of one name within a second get two files, never one: the second takes the
         first free ``-2``, ``-3`` ... A results folder that exists keeps its own permissions; one
-        made here is private to its owner.
+        made here is private to its owner. A file is written whole or not at all (a reader, or
+        a full disk, never leaves half a record): a record saved before keeps what it held.
         """
         directory = Path(directory or config.results_dir())
         if not directory.exists():
             config.private_dir(directory, 0o700)
         text = json.dumps(self.to_dict(), indent=1, default=str, ensure_ascii=False)
-        if self.path and Path(self.path).parent == directory:
-            path = Path(self.path)
-            path.write_text(text, encoding=ENCODING)
-        else:
-            path = _new_file(directory, f"{slug(self.notebook)}--{slug(self.name)}--"
-                                        f"{self.started_at.replace(':', '').replace('-', '')[:15]}", text)
+        try:
+            if self.path and Path(self.path).parent == directory:
+                path = config.write_private(Path(self.path), text)
+            else:
+                path = _new_file(directory, f"{slug(self.notebook)}--{slug(self.name)}--"
+                                            f"{self.started_at.replace(':', '').replace('-', '')[:15]}", text)
+        except OSError as error:
+            kept = f"{self.path} keeps what it held" if self.path else "nothing was written"
+            raise LabkitError(f"Could not save the record of run {self.name!r} in {directory} "
+                              f"({error.strerror or error}): {kept}. Free some space there (or set LABKIT_RESULTS "
+                              "to another folder), then save it again with run.save().") from None
         self.path = str(path)
         return path
 
@@ -219,16 +232,32 @@ class Run:
 
 
 def _new_file(directory: Path, stem: str, text: str) -> Path:
-    """Create ``stem.json`` (or ``stem-2.json`` ...) that did not exist, owner-only, and write ``text`` to it."""
-    for number in range(1, 10_000):
-        path = directory / (f"{stem}.json" if number == 1 else f"{stem}-{number}.json")
-        try:
-            with open(path, "x", encoding=ENCODING) as handle:  # exclusive: two kernels never share a file
-                handle.write(text)
-        except FileExistsError:
-            continue
-        path.chmod(0o600)
-        return path
+    """Create ``stem.json`` (or ``stem-2.json`` ...) that did not exist, owner-only, holding ``text`` whole.
+
+    The text is written to a private file of its own first, which then takes the first free
+    name: a hard link, which fails on a name that exists (two kernels never share a file), or
+    where the drive has none (FAT), a name claimed empty and then replaced.
+    """
+    partial = config.write_private(directory / f".{stem}.{secrets.token_hex(4)}.partial", text)
+    try:
+        for number in range(1, 10_000):
+            path = directory / (f"{stem}.json" if number == 1 else f"{stem}-{number}.json")
+            try:
+                os.link(partial, path)
+                return path
+            except FileExistsError:
+                continue
+            except OSError:  # no hard links on this drive
+                pass
+            try:
+                with open(path, "x", encoding=ENCODING):  # exclusive: the name is this run's
+                    pass
+            except FileExistsError:
+                continue
+            os.replace(partial, path)
+            return path
+    finally:
+        partial.unlink(missing_ok=True)
     raise UsageError(f"{directory} holds 10,000 records of {stem}: move some elsewhere (LABKIT_RESULTS).")
 
 
@@ -259,7 +288,8 @@ def list_runs(directory: Path | None = None, *, notebook: str | None = None, nam
     for path in sorted(directory.glob("*.json")):
         try:
             run = Run.load(path)
-        except UsageError:
+        except UsageError as error:
+            warnings.warn(f"{error.short} (left out of the runs listed)", UserWarning, stacklevel=2)
             continue
         if notebook and run.notebook != notebook:
             continue

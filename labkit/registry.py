@@ -30,33 +30,14 @@ import time
 from pathlib import Path
 
 from . import processes
-from .config import ENCODING, private_dir
+from .config import ENCODING, RETRY_S, retrying, write_private
 
 PINNED = "pinned"
-# How long a replace or a removal is retried while another process holds the file open (Windows).
-RETRY_S = 1.0
-
-
-def retrying(action, *args, seconds: float = RETRY_S):
-    """Call ``action(*args)``, retrying for ``seconds`` while Windows reports a sharing violation."""
-    deadline = time.monotonic() + seconds
-    while True:
-        try:
-            return action(*args)
-        except PermissionError:
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.02)
 
 
 def write_whole(path: Path, text: str) -> None:
     """Write ``text`` so that a reader sees the old file or the new one, never half of one (mode 0600)."""
-    if not path.parent.exists():
-        private_dir(path.parent)
-    partial = path.with_name(path.name + f".{os.getpid()}.tmp")
-    partial.write_text(text, encoding=ENCODING)
-    partial.chmod(0o600)
-    retrying(os.replace, partial, path)
+    write_private(path, text)
 
 
 def unlink(path: Path) -> None:

@@ -27,7 +27,7 @@ from typing import IO, Protocol
 
 import psycopg
 
-from . import cpu, db, limits, pgbench, processes, run_record
+from . import cpu, db, limits, pgbench, processes, run_record, serverlog
 from . import perf as perf_module
 from .config import ENCODING
 from .errors import RunFailed, UsageError
@@ -83,20 +83,29 @@ def free_connections(conninfo: str) -> int:
 
 
 def work_probe(sql: str) -> Probe:
-    """The probe that samples a work counter (one number) once a second during a run."""
-    return Probe(WORK, f"select ({sql.strip().rstrip(';')}) as work", 1.0)
+    """The probe that samples a work counter (one number) once a second during a run.
+
+    The query runs as it was written (a trailing comment or semicolon included: it is never
+    pasted inside other SQL); its one column is stored as ``work``.
+    """
+    return Probe(WORK, sql, 1.0, columns=(WORK,))
 
 
 def measure_work(conninfo: str, sql: str) -> float:
     """The work counter now: one number, e.g. ``select count(*) from done``."""
     try:
         with db.connect(conninfo) as connection:
-            value = db.one(connection, work_probe(sql).sql)
+            cursor = connection.execute(sql)
+            row = cursor.fetchone() if cursor.description else None
     except psycopg.Error as error:
         raise UsageError(f"The work query failed: {db.message(error)}. "
                          "It must return one number, e.g. select count(*) from done.") from None
+    if cursor.description is not None and len(cursor.description) != 1:
+        raise UsageError(f"The work query returns {len(cursor.description)} columns: it must return one number, "
+                         "e.g. select count(*) from done.")
+    value = row[0] if row else None
     try:
-        return float(value)
+        return float(value)  # type: ignore[arg-type]  # None and text are refused below
     except (TypeError, ValueError):
         raise UsageError(f"The work query returned {value!r}, not a number: it must count work done so far.") from None
 
@@ -133,6 +142,7 @@ class Target:
     server: dict  # backend, version, settings (for the record)
     registry: ProcessRegistry | None = None  # where pgbench processes are registered (for the reaper)
     postmaster_pid: int | None = None  # a local server's main process, for perf
+    log_file: Path | None = None  # the server's log, where labkit can read it (the lock waits it logged)
 
 
 class PgbenchRunner:
@@ -156,9 +166,24 @@ class PgbenchRunner:
         """
         if not _ONE_RUN.acquire(blocking=False):
             raise UsageError("A pgbench run is already going on in this kernel: wait for it or interrupt it.")
+        # Once pgbench has ended (or is being stopped), Ctrl+C waits until the record is made and saved,
+        # and the run's backends are ended: an interrupt there would lose a finished run, or leave them.
+        held = processes.HeldInterrupts("the run's record is made")
+        try:
+            run = self._measure(spec, probes, observer, work, perf, own_probes, tags, held)
+        finally:
+            late = held.release()
+        if late:
+            raise Interrupted(f"pgbench run {spec.name!r} had finished when it was interrupted: its record is saved",
+                              run)
+        return run
+
+    def _measure(self, spec: pgbench.Spec, probes: Sequence[Probe], observer: Observer | None, work: str | None,
+                 perf: bool, own_probes: Sequence[str], tags: dict | None, held: processes.HeldInterrupts) -> Run:
         workdir = Path(tempfile.mkdtemp(prefix="labkit-run-"))
         attach: _PerfAttach | None = None
         work_before = 0.0
+        log_start = serverlog.position(self.target.log_file)
         try:
             chosen = [p for p in probes if p.name != WORK] + ([work_probe(work)] if work else [])
             chosen += [HELD_BY_PROBE] if HELD_BY in own_probes else []
@@ -169,7 +194,8 @@ class PgbenchRunner:
             limits.check_pgbench_clients(spec.clients, spec.threads)
             if work:
                 work_before = measure_work(self.target.conninfo, work)
-            run, outputs = self._run(spec, chosen, observer, workdir, cpu_probe=CPU in own_probes, attach=attach)
+            run, outputs = self._run(spec, chosen, observer, workdir, held, cpu_probe=CPU in own_probes,
+                                     attach=attach)
             if perf:
                 run.extra["perf"] = attach.figures() if attach is not None else perf_module.figures(None, self._no_perf)
         finally:
@@ -180,14 +206,14 @@ class PgbenchRunner:
         if work:
             with contextlib.suppress(UsageError):
                 run.extra.update(run_record.work_figures(work_before, measure_work(self.target.conninfo, work), run))
+        # the waits the server logged (log_lock_waits): how many reached deadlock_timeout (None: no log here)
+        run.extra["lock_waits_logged"] = serverlog.lock_waits(self.target.log_file, log_start)
         for key, value in (tags or {}).items():
             setattr(run, key, value)
         log.info("run %s: %s transactions, %s tps, %.1f s", spec.name, run.transactions, run.tps, outputs.wall_s)
         if outputs.interrupted:
-            if run.transactions:
-                run.save()
-            raise Interrupted(f"pgbench run {spec.name!r} interrupted after {outputs.wall_s:.1f} s",
-                              run if run.transactions else None)
+            run.save()  # what was measured, even with no transaction done (the waits, who held the lock)
+            raise Interrupted(f"pgbench run {spec.name!r} interrupted after {outputs.wall_s:.1f} s", run)
         reason = run_record.failure(outputs, run)
         if reason is not None:
             raise RunFailed(f"pgbench stopped: {reason}",
@@ -237,8 +263,8 @@ class PgbenchRunner:
 
     _no_perf = "perf was not asked for"
 
-    def _run(self, spec: pgbench.Spec, probes: list[Probe], observer: Observer | None, workdir: Path, *,
-             cpu_probe: bool, attach: _PerfAttach | None = None):
+    def _run(self, spec: pgbench.Spec, probes: list[Probe], observer: Observer | None, workdir: Path,
+             held: processes.HeldInterrupts, *, cpu_probe: bool, attach: _PerfAttach | None = None):
         # pgbench runs in workdir and is given names relative to it: on Windows its command line is
         # read in the ANSI code page, where a user's folder name may not be writable.
         paths = []
@@ -274,7 +300,9 @@ class PgbenchRunner:
             if attach is not None:
                 attach.begin(process, application_name, reader.first_progress)
             reader.follow(observer, sampler)
+            held.hold()  # pgbench has ended: what follows makes its record
         except BaseException as error:  # an interrupt, or an error in an observer: pgbench stops either way
+            held.hold()  # a second Ctrl+C must not stop the clean-up halfway (its backends left waiting)
             interrupted = True
             sampler.signal_stop()
             log.info("run %s stopped (%s): stopping pgbench and its backends", spec.name, type(error).__name__)

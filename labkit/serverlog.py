@@ -1,4 +1,4 @@
-"""Lock waits the server itself logged during a run (``log_lock_waits``), read from its log file.
+"""What the server itself logged: the lock waits of a run (``log_lock_waits``), why a start failed.
 
 With ``log_lock_waits`` on (every lab server has it), a backend whose lock wait reaches
 ``deadlock_timeout`` runs the deadlock check and then logs ``process N still waiting for ... after
@@ -11,6 +11,9 @@ many times, each wait short).
 Only a server whose log labkit can read (the embedded one) gives these figures; elsewhere the
 record says so (None). The log is read from where it stood when the run began: lines that other
 sessions of the same server wrote meanwhile are counted too.
+
+A server that does not start says why in its log, on a ``FATAL`` line (``could not map anonymous
+shared memory``, a library it cannot load, a port already taken): :func:`refusal` finds it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from pathlib import Path
 STILL_WAITING = re.compile(r"process \d+ still waiting for (\w+) on (\w+)[^\n]* after ([\d.]+) ms")
 ACQUIRED = re.compile(r"process \d+ acquired (\w+) on (\w+)[^\n]* after ([\d.]+) ms")
 DEADLOCK = re.compile(r"ERROR:\s+deadlock detected")
+FATAL = re.compile(r"\b(?:FATAL|PANIC):\s+(.*)")
+PORT_TAKEN = re.compile(r"could not (?:bind|create any TCP/IP sockets)")
 
 
 def position(log_file: Path | str | None) -> int | None:
@@ -47,14 +52,9 @@ def lock_waits(log_file: Path | str | None, since: int | None) -> dict | None:
     >>> lock_waits(None, None) is None
     True
     """
-    if since is None or not log_file:
+    if since is None or not log_file or position(log_file) is None:
         return None
-    try:
-        with open(log_file, "rb") as handle:
-            handle.seek(since)
-            text = handle.read().decode("utf-8", errors="replace")
-    except OSError:
-        return None
+    text = _since(log_file, since)
     waiting = STILL_WAITING.findall(text)
     acquired = ACQUIRED.findall(text)
     by_lock: dict[str, int] = {}
@@ -63,3 +63,35 @@ def lock_waits(log_file: Path | str | None, since: int | None) -> dict | None:
     longest = max((float(ms) for *_, ms in waiting + acquired), default=None)
     return {"still_waiting": len(waiting), "acquired": len(acquired), "deadlocks": len(DEADLOCK.findall(text)),
             "longest_wait_ms": longest, "by_lock": by_lock}
+
+
+def _since(log_file: Path | str | None, since: int | None) -> str:
+    """The log's text written after byte ``since`` ('' when there is none to read)."""
+    if since is None or not log_file:
+        return ""
+    try:
+        with open(log_file, "rb") as handle:
+            handle.seek(since)
+            return handle.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def refusal_in(text: str) -> str | None:
+    """The server's reason for not starting: its first FATAL (or PANIC) message in ``text``, None without one.
+
+    >>> refusal_in("2026-12-01 22:25:06.325 UTC [17946] LOG:  database system is shut down\\n"
+    ...            "2026-12-01 22:25:06.378 UTC [17996] FATAL:  could not map anonymous shared memory: Cannot "
+    ...            "allocate memory\\n2026-12-01 22:25:06.378 UTC [17996] HINT:  This error usually means ...\\n")
+    'could not map anonymous shared memory: Cannot allocate memory'
+    >>> refusal_in("LOG:  database system is ready to accept connections\\n") is None
+    True
+    """
+    found = FATAL.search(text)
+    return found.group(1).strip() if found else None
+
+
+def refusal(log_file: Path | str | None, since: int | None) -> str | None:
+    """Why the server did not start, from what its log says after ``since`` (None when it does not say)."""
+    return refusal_in(_since(log_file, since))
+

@@ -8,7 +8,9 @@ private home). Elsewhere, and for every non-root user, this module does nothing.
 
 from __future__ import annotations
 
+import logging
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +20,7 @@ from .binaries import copy_install, wheel_bin_dir
 from .errors import LabkitError
 
 NAME = "labkit_pg"
+log = logging.getLogger(__name__)
 
 
 def ids() -> tuple[int, int] | None:
@@ -71,6 +74,20 @@ def check_reachable(path: Path) -> None:
                 f"As root, the server runs as the user {NAME}, which cannot enter {parent}. "
                 "Set LABKIT_HOME to a folder outside root's private folders (e.g. /var/lib/labkit)."
             )
+
+
+def let_in(home: Path) -> None:
+    """As root: let the service user pass through the server's home (the search bit for others, nothing else).
+
+    A home labkit made has it already (0711); one given as LABKIT_HOME keeps every other bit it
+    had: only this one is added, and logged.
+    """
+    if ids() is None:
+        return
+    mode = stat.S_IMODE(home.stat().st_mode)
+    if not mode & 0o001:
+        home.chmod(mode | 0o001)
+        log.info("let the server's user %s pass through %s (mode %o, was %o)", NAME, home, mode | 0o001, mode)
 
 
 COPIES = Path("/var/cache/labkit")

@@ -149,6 +149,8 @@ class Session:
         # set (put back only if it is still in force) or None (put back in any case).
         self._owed: dict[str, tuple[str, str | None]] = {}
         self._lost_transaction = False  # its connection was lost inside a transaction: say so before going on
+        self._lost_why = ""  # what the server said as it ended the connection
+        self._server_started = None  # the server's start time when the session connected: was it restarted since?
         self._note = ""
         self.pending: Future[Ended] | None = None
         self.pending_sql = ""
@@ -156,11 +158,12 @@ class Session:
         self._connect()
 
     def _connect(self) -> None:
-        self.connection = db.connect(self._registry.conninfo(), db.session_name(self.name))
+        self.connection = self._registry.connect(db.session_name(self.name))
         self.pid = self.connection.info.backend_pid
         self._owed = {}
         try:
             self._set({**self.timeouts, "idle_in_transaction_session_timeout": IDLE_IN_TRANSACTION_TIMEOUT})
+            self._server_started = db.one(self.connection, query("server_started"))
         except psycopg.Error as error:
             self.connection.close()
             raise UsageError(f"{self.name}: {db.message(error)}.") from None
@@ -250,24 +253,33 @@ class Session:
             try:
                 self.connection.execute("")  # a notification, or the server's goodbye: an empty query tells
                 return
-            except psycopg.OperationalError as error:
-                if not db.is_lost(error):
-                    return
-            except psycopg.Error:
-                return  # an error from a connection that answers: it is not lost
+            except psycopg.Error as error:
+                if not db.is_lost(error) and not self.connection.closed:
+                    return  # an error from a connection that answers: it is not lost
+                self._lost_why = self._lost_why or db.message(error)
             self._lost_transaction = self._lost_transaction or in_transaction
+        started_before = self._server_started
         self.connection.close()
         self._connect()  # a server that is not running: the connection error goes up (the lab says ServerGone)
         lost, self._lost_transaction = self._lost_transaction, False
-        log.info("session %s connected again: the server had restarted", self.name)
+        why, self._lost_why = self._lost_why, ""
+        # The server's start time tells a restart from a connection the server ended alone (pg_terminate_backend,
+        # a timeout such as idle_in_transaction_session_timeout, another backend's crash)
+        restarted = started_before is None or self._server_started != started_before
+        if restarted:
+            what = "the lab server restarted (a setting such as max_connections changed, maybe in another notebook)"
+            since = "the lab server had restarted since its last statement"
+        else:
+            said = f" ({why})" if why else ""
+            what = f"the server ended its connection{said}, without restarting,"
+            since = f"the server had ended its connection since its last statement{said}, without restarting"
+        log.info("session %s connected again: %s", self.name, since)
         if lost:
             raise LabkitError(
-                f"{self.name}'s transaction was lost: the lab server restarted (a setting such as max_connections "
-                f"changed, maybe in another notebook) and rolled it back; this statement did not run. {self.name} "
-                f"is connected again, and its next statement opens a new transaction: run the transaction again "
-                f"from its begin.")
-        self._note = (f"({self.name} connected again: the lab server had restarted since its last statement, "
-                      "so settings made with SET are back to their defaults.)")
+                f"{self.name}'s transaction was lost: {what} and rolled it back; this statement did not run. "
+                f"{self.name} is connected again, and its next statement opens a new transaction: run the "
+                f"transaction again from its begin.")
+        self._note = f"({self.name} connected again: {since}, so settings made with SET are back to their defaults.)"
 
     def _execute(self, sql: str, params=None, timeouts: dict[str, str] | None = None, note: str = "") -> Ended:
         import pandas as pd
@@ -301,6 +313,7 @@ class Session:
         except psycopg.Error as error:
             if db.is_lost(error):
                 self._lost_transaction = self._lost_transaction or in_transaction
+                self._lost_why = self._lost_why or db.message(error)
             return Failed(self.name, short_error(error), error.sqlstate, sql, error, note)
         return Result(self.name, tuple(frames), tuple(statuses), time.monotonic() - started, sql, note)
 
@@ -396,6 +409,8 @@ class Sessions:
     """The sessions of one lab, and a monitor connection that sees who blocks whom."""
 
     conninfo: Callable[[], str]  # asked at each new connection: a restarted server may move
+    # what a failed connection means: the error to raise instead (ServerGone when the server is not running), or None
+    gone: Callable[[psycopg.OperationalError], Exception | None] = lambda error: None
     sessions: dict[str, Session] = field(default_factory=dict)
     _monitor: psycopg.Connection | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -407,9 +422,19 @@ class Sessions:
             self.sessions[name].configure(**timeouts)
         return self.sessions[name]
 
+    def connect(self, application_name: str) -> psycopg.Connection:
+        """A connection for a session or the monitor; a server that is gone is said as :attr:`gone` says it."""
+        try:
+            return db.connect(self.conninfo(), application_name)
+        except psycopg.OperationalError as error:
+            said = self.gone(error)
+            if said is not None:
+                raise said from None
+            raise
+
     def monitor(self) -> psycopg.Connection:
         if self._monitor is None or self._monitor.closed:
-            self._monitor = db.connect(self.conninfo(), db.MONITOR)
+            self._monitor = self.connect(db.MONITOR)
         return self._monitor
 
     def _monitor_rows(self, sql: str, params: dict) -> list[tuple]:
@@ -449,9 +474,10 @@ class Sessions:
         if not names:
             return []
         rows = self._monitor_rows(query("open_transactions"), {"pids": list(names)})
-        # A pid is only this lab's session if the backend is still that session's (pids get reused).
-        return [OpenTransaction(names[pid], state, open_s, tuple(holds))
-                for pid, application, state, open_s, holds in rows if application == db.session_name(names[pid])]
+        # A pid is only this lab's session if the backend is still that session's (pids get reused), by its
+        # name as the server keeps it (shortened, escaped)
+        return [OpenTransaction(names[pid], state, open_s, tuple(holds)) for pid, application, state, open_s, holds
+                in rows if application == db.shown_name(db.session_name(names[pid]))]
 
     def _only_autovacuum(self, pids: list[int]) -> bool:
         kinds = self._monitor_rows(query("backend_kinds"), {"pids": list(pids)})

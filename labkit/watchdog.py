@@ -54,6 +54,22 @@ def _check(server: EmbeddedServer, idle_since: float | None) -> tuple[bool, floa
     return False, idle_since
 
 
+def _stopped(server: EmbeddedServer) -> bool:
+    """Whether the server is stopped, asked under its start lock.
+
+    A restart (a setting, lab.set) leaves no postmaster.pid for a moment (about 0.1 s): read then,
+    "not running" would end the watch and leave the restarted server unwatched. Every start, stop
+    and restart holds the lock; one under way now answers "not stopped" (asked again at the next poll).
+    """
+    if server.running():
+        return False
+    try:
+        with server.start_lock(timeout_s=POLL_SECONDS):
+            return not server.running()
+    except filelock.Timeout:
+        return False
+
+
 def watch(home: Path) -> None:
     server = EmbeddedServer(home)
     try:
@@ -62,12 +78,19 @@ def watch(home: Path) -> None:
             write_whole(server.watchdog_file, json.dumps({"pid": os.getpid(),
                                                           "created": processes.started_at(os.getpid())}))
             log.info("watching %s", home)
-            idle_since = None
+            idle_since, stopped_before = None, False
             while True:
                 try:
-                    if not server.running():
-                        log.info("the server is gone: exiting")
-                        return
+                    # Gone only when found stopped at two polls in a row: a restart that failed is put right
+                    # between two holds of the lock (lab.set puts back the setting, then starts the server).
+                    if _stopped(server):
+                        if stopped_before:
+                            log.info("the server is gone: exiting")
+                            return
+                        stopped_before = True
+                        time.sleep(POLL_SECONDS)
+                        continue
+                    stopped_before = False
                     stopped, idle_since = _check(server, idle_since)
                     if stopped:
                         return

@@ -53,6 +53,15 @@ def test_the_container_has_every_setting_of_the_profile(docker_lab):
     assert not [message for message in docker_lab.messages if "did not apply" in message], docker_lab.messages
 
 
+def test_the_engine_publishes_the_server_on_this_machines_loopback_only(docker_lab):
+    """What the engine itself did with labkit's request (tests/integration/test_docker_boundary.py checks the request)."""
+    wrapped = docker_lab.server.container.get_wrapped_container()
+    wrapped.reload()
+    bindings = wrapped.attrs["NetworkSettings"]["Ports"]["5432/tcp"]
+    assert bindings and {binding["HostIp"] for binding in bindings} == {"127.0.0.1"}, bindings
+    assert docker_lab.server.status().listens.startswith(f"127.0.0.1:{bindings[0]['HostPort']} ")
+
+
 def test_a_setting_that_needs_a_restart_restarts_the_same_container(docker_lab):
     container = docker_lab.server.container.get_wrapped_container().id
     before = int(docker_lab.value("show max_connections"))

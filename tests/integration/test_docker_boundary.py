@@ -1,6 +1,6 @@
 """LABKIT_BACKEND=docker up to the engine: what labkit asks of it, tested where no engine exists.
 
-The engine itself is replaced (a fake container records what labkit asks); the PostgreSQL
+The engine itself is replaced (tests/docker_fakes.py records what labkit asks); the PostgreSQL
 side is real: the image's settings script is run and read back with ``postgres -C``, and the
 restart wait is tested against the session's lab server.
 """
@@ -14,100 +14,50 @@ from pathlib import Path
 import pytest
 
 from labkit import docker_backend
+from labkit.backend import lab_settings
 from labkit.binaries import program
 from labkit.docker_backend import DockerServer, container_environment, wait_until_answers
 from labkit.errors import ServerStartFailed
 from labkit.profiles import Profile
+from tests import docker_fakes
+from tests.docker_fakes import FakeContainer
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
-class FakeWrapped:
-    def __init__(self, log):
-        self.log = log
-        self.status = "running"
-
-    def restart(self):
-        self.log.append(("restart", time.monotonic()))
-
-    def reload(self):
-        pass
-
-
-class FakeContainer:
-    """What labkit calls on testcontainers' PostgresContainer, recorded."""
-
-    made = []
-
-    def __init__(self, image, **options):
-        self.log = [("image", image)]
-        self.env = {}
-        self.port = 5432
-        self.ports = {}
-        self.wrapped = FakeWrapped(self.log)
-        FakeContainer.made.append(self)
-
-    def with_env(self, name, value):
-        self.env[name] = value
-        return self
-
-    def with_kwargs(self, **kwargs):
-        self.kwargs = kwargs
-        return self
-
-    def with_command(self, command):
-        self.log.append(("command", command))
-        return self
-
-    def start(self):
-        self.log.append(("start", time.monotonic()))
-        return self
-
-    def stop(self):
-        self.log.append(("stop", time.monotonic()))
-
-    def get_wrapped_container(self):
-        return self.wrapped
-
-
 @pytest.fixture
 def fake_engine(monkeypatch):
-    import testcontainers.community.postgres
-    import testcontainers.core.image
-
-    class FakeImage:
-        made = []
-
-        def __init__(self, path, tag, **build_options):
-            self.path, self.tag, self.options = path, tag, build_options
-            FakeImage.made.append(self)
-
-        def build(self):
-            return self
-
-    FakeContainer.made.clear()
-    monkeypatch.delenv("LABKIT_DOCKER_BASE", raising=False)  # the default base, whatever the machine set
-    monkeypatch.setattr(docker_backend, "engine_problem", lambda timeout=3.0: None)
-    monkeypatch.setattr(docker_backend, "base_problem", lambda base=None, timeout=10.0: None)
-    monkeypatch.setattr(docker_backend, "_local_engine", lambda: True)
-    monkeypatch.setattr(docker_backend.DockerServer, "_remove_orphans", staticmethod(lambda: None))  # no engine
-    FakeContainer.images = FakeImage.made
-    FakeImage.made.clear()
-    monkeypatch.setattr(testcontainers.core.image, "DockerImage", FakeImage)
-    monkeypatch.setattr(testcontainers.community.postgres, "PostgresContainer", FakeContainer)
-    return FakeContainer.made
+    return docker_fakes.fake_engine(monkeypatch)
 
 
-def test_the_server_gets_its_settings_where_alter_system_can_change_them(fake_engine):
+def settings_the_image_applies(environment: dict, folder: Path, names) -> dict[str, str]:
+    """What the image's settings script makes of ``environment``, as the real PostgreSQL reads it back (``postgres -C``)."""
+    data = folder / "données du cluster"  # a space and non-ASCII, as a student's folder may have
+    data.mkdir()
+    (data / "postgresql.conf").write_text("max_connections = 100\n", encoding="utf-8")
+    subprocess.run(["sh", str(ROOT / "docker" / "initdb" / "labkit-settings.sh")],
+                   env={**os.environ, "PGDATA": str(data), **environment}, check=True)
+    return {name: subprocess.run([str(program("postgres")), "-C", name, "-D", str(data)], capture_output=True,
+                                 encoding="utf-8", check=True).stdout.strip() for name in names}
+
+
+@pytest.mark.posix  # the image's script runs under the Linux image's sh
+@pytest.mark.skipif(shutil.which("sh") is None, reason="no sh here")
+def test_the_server_gets_its_settings_where_alter_system_can_change_them(fake_engine, tmp_path):
     server = DockerServer()
     assert server.start(Profile.named("laptop"))
     try:
         (container,) = fake_engine
         assert not [entry for entry in container.log if entry[0] == "command"]  # no -c: it would beat ALTER SYSTEM
-        assert container.env == container_environment(Profile.named("laptop"), server.password)
-        assert "max_connections = '600'" in container.env["LABKIT_SETTINGS"].splitlines()
-        assert container.ports == {"5432": ("127.0.0.1", None)}  # this machine only
+        # what the container was given, as the image and its PostgreSQL make of it
+        assert set(container.env) == {"POSTGRES_PASSWORD", "LABKIT_SETTINGS"}
+        assert container.env["POSTGRES_PASSWORD"] == server.password_file.read_text(encoding="utf-8")
+        wanted = lab_settings(Profile.named("laptop"), "linux")
+        applied = settings_the_image_applies(container.env, tmp_path, wanted)
+        assert applied == {"max_connections": "600", "shared_buffers": "32768", "shared_preload_libraries":
+                           "pg_stat_statements", "client_connection_check_interval": "2000", "synchronous_commit": "off",
+                           "log_lock_waits": "on", "track_io_timing": "on", "jit": "off"}
         (image,) = FakeContainer.images
         assert image.options == {"buildargs": {"BASE_IMAGE": "postgres:18"}}  # the official image by default
     finally:
@@ -155,11 +105,8 @@ def test_a_remote_engine_publishes_nothing_unless_asked(fake_engine, monkeypatch
 @pytest.mark.posix  # the image's script runs under the Linux image's sh
 @pytest.mark.skipif(shutil.which("sh") is None, reason="no sh here")
 def test_the_images_script_writes_the_profile_and_alter_system_still_wins(tmp_path):
-    data = tmp_path / "données du cluster"  # a space and non-ASCII, as a student's folder may have
-    data.mkdir()
-    (data / "postgresql.conf").write_text("max_connections = 100\n", encoding="utf-8")
-    environment = {**os.environ, "PGDATA": str(data), **container_environment(Profile.named("article"), "pw")}
-    subprocess.run(["sh", str(ROOT / "docker" / "initdb" / "labkit-settings.sh")], env=environment, check=True)
+    settings_the_image_applies(container_environment(Profile.named("article"), "pw"), tmp_path, ["max_connections"])
+    data = tmp_path / "données du cluster"
 
     def effective(*extra):
         done = subprocess.run([str(program("postgres")), "-C", "max_connections", "-D", str(data), *extra],

@@ -59,6 +59,18 @@ def test_pgbench_magic_runs_and_refuses_bad_options(shell, hot_row):
         shell.run_cell_magic("pgbench", "-c 1 -T 1 --probes nothing", "select 1;")
 
 
+def test_a_labkit_error_in_a_code_cell_is_one_line_as_in_a_magics(shell, capsys):
+    """16 notebook cells call lab.pgbench directly: a usage mistake there reads as %%pgbench -c 0 does."""
+    shell.user_ns["lab"] = labkit.lab.current_lab()
+    capsys.readouterr()
+    result = shell.run_cell("lab.pgbench('select 1;', clients=0)")
+    assert isinstance(result.error_in_exec, labkit.UsageError)  # the cell still failed (nbval sees it)
+    captured = capsys.readouterr()
+    assert captured.err == "UsageError: -c must be at least 1.\n" and "Traceback" not in captured.out, captured
+    result = shell.run_cell("1 / 0")  # anything else keeps its traceback
+    assert isinstance(result.error_in_exec, ZeroDivisionError) and "Traceback" in capsys.readouterr().out
+
+
 def test_the_magic_and_lab_pgbench_share_the_profiles_defaults(shell, lab):
     """Without -c, %%pgbench runs the profile's clients (it used 1); Lab.pgbench's options are obeyed."""
     run = shell.run_cell_magic("pgbench", "-t 3 --name magic-defaults", "select 1;")

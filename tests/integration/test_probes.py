@@ -20,7 +20,8 @@ def test_wait_samples_keep_their_interval_while_a_slow_probe_runs(lab, hot_row):
     assert len(instants) >= 10 and statistics.median(gaps) == pytest.approx(0.25, abs=0.05), gaps
     assert max(gaps) < 0.6, gaps  # no gap of a slow sample
     costs = {cost["name"]: cost for cost in run.extra["probe_costs"]}
-    assert costs["slow"]["busy_s"] >= 0.8 * costs["slow"]["samples"] - 0.9  # its own time, spent on its own thread
+    # its own time, spent on its own thread: a sample every 0.8 s or so through the 3 s run, each taking its 0.8 s
+    assert costs["slow"]["samples"] >= 3 and costs["slow"]["busy_s"] >= 0.8 * costs["slow"]["samples"] - 0.01, costs
     assert costs["waits"]["reads_lock_table"] is False and costs["held_by"]["every_s"] == 1.0
 
 
@@ -85,9 +86,21 @@ def test_held_by_names_who_holds_the_lock_the_whole_run_waits_for(lab, hot_row):
     assert lab.value("select n from hot where id = 1") == 3  # each queued update went through
 
 
+def _children_cpu_s() -> float | None:
+    """CPU seconds of this process's children that have ended (POSIX: getrusage; None elsewhere)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
 def test_the_cpu_split_is_recorded_and_drawn(lab):
+    children = _children_cpu_s()  # pgbench is this process's child: the OS's own count of its CPU, once it has ended
     run = lab.pgbench("select :client_id::int + 1;", name="cpu-split", clients=2, jobs=1, duration=3,
                       probes=[labkit.WAIT_EVENTS])
+    pgbench_cpu_s = None if children is None else _children_cpu_s() - children
     rows = run.probes["cpu"]
     split = run.extra["cpu"]
     assert len(rows) >= 2 and split["pgbench"] > 0, rows
@@ -95,7 +108,13 @@ def test_the_cpu_split_is_recorded_and_drawn(lab):
     # the WAL writer) does little. A backend counted on the wrong side of the split shows here.
     assert split["backends"] > 3 * split["server_other"], rows
     assert all(row["pgbench"] + row["backends"] + row["server_other"] <= 1.15 * split["cpus"] + 0.1 for row in rows), rows
-    assert split["threads"] == 1 and split["cpus"] > 0 and split["pgbench_per_thread"] == split["pgbench"]
+    assert split["threads"] == 1 and split["cpus"] > 0 and split["samples"] >= 4  # a second of them, at least
+    assert 0 < split["pgbench"] <= 1.1, rows  # one thread uses one core at most (0.1: an interval read a little late)
+    if pgbench_cpu_s is not None:
+        # the samples, added up, are what the OS counted for pgbench: all of it at most, most of it at least (the
+        # samples leave out its connecting and its last quarter second)
+        sampled_s = sum(row["pgbench"] * 0.25 for row in rows if row["pgbench"] is not None)
+        assert 0.5 * pgbench_cpu_s - 0.05 <= sampled_s <= 1.15 * pgbench_cpu_s + 0.05, (sampled_s, pgbench_cpu_s)
     figure = labkit.charts.timeline(run)
     assert any(trace.name == "cpu: pgbench" for trace in figure.data)
     assert any(trace.name == "cpu: backends" for trace in figure.data)
@@ -194,7 +213,9 @@ def test_a_counter_probe_records_each_intervals_rate(lab, hot_row):
     # the rates integrate back to the counter's increase, which pgbench's own count bounds
     counted = sum(row["updates_per_s"] * (b["t"] - a["t"]) for a, b, row in zip(rows, rows[1:], rows[1:]))
     assert 0 < counted <= run.transactions + 1e-6, (counted, run.transactions)  # 1e-6: float rounding
-    assert all(0 <= row["hot_updates_per_s"] <= row["updates_per_s"] + 1e-9 for row in measured)
+    assert all(row["hot_updates_per_s"] <= row["updates_per_s"] + 1e-9 for row in measured), rows
+    # one row, a column no index covers: its updates are HOT, and the probe sees them as such
+    assert any(row["hot_updates_per_s"] > 0 for row in measured), rows
 
 
 def test_a_counter_probe_must_return_one_row(lab):

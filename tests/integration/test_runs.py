@@ -88,6 +88,18 @@ def test_a_timed_run_that_completes_no_transaction_says_why_at_its_own_cell(lab)
     assert held is lab.last_run and (held.name, held.transactions) == ("held", 0)
 
 
+def test_work_sql_is_run_as_written_comments_and_semicolons_included(lab, hot_row):
+    """A work query as a student writes it in a cell: a trailing comment, a semicolon before it."""
+    work = "select n from hot where id = 1; -- the updates done so far"
+    run = lab.pgbench("update hot set n = n + 1 where id = 1;", name="work-comment", clients=1, duration=2,
+                      probes=[], work=work)
+    assert "work" not in run.extra.get("probe_errors", {}), run.extra.get("probe_errors")
+    assert run.extra["work"] == run.transactions > 0  # each transaction adds one
+    assert len(run.probes["work"]) >= 1 and all(set(row) == {"t", "work"} for row in run.probes["work"])
+    with pytest.raises(UsageError, match="The work query returns 2 columns: it must return one number"):
+        lab.pgbench("select 1;", name="work-two", clients=1, duration=1, probes=[], work="select 1, 2")
+
+
 def test_too_many_clients(lab):
     limit = int(lab.value("show max_connections"))
     with pytest.raises(UsageError, match=f"{limit + 10} clients need .*need_connections"):
@@ -152,6 +164,61 @@ def test_interrupt_stops_pgbench_and_its_backends(lab, hot_row):
     while leftover_backends(lab) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert leftover_backends(lab) == 0
+    # No transaction got through, and what was measured is kept: the waits, and who held the lock.
+    run = lab.last_run
+    assert run is not None and run.name == "interrupted" and run.interrupted and run.transactions == 0
+    assert records.Run.load(run.path).interrupted
+    assert run.probes["waits"] and {row["holders"] for row in run.probes["held_by"]} == {
+        "int-holder (idle in transaction)"}, run.probes["held_by"]
+
+
+def test_an_interrupt_while_a_finished_run_is_recorded_keeps_the_run(lab, monkeypatch):
+    """Ctrl+C just as pgbench ends, while labkit reads what it left and makes the record."""
+    real = runner.wait_backends_gone
+
+    def interrupted_meanwhile(*args, **kwargs):
+        signal.raise_signal(signal.SIGINT)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "wait_backends_gone", interrupted_meanwhile)
+    with pytest.raises(KeyboardInterrupt, match="'late-interrupt' had finished when it was interrupted"):
+        lab.pgbench("select 1;", name="late-interrupt", clients=1, duration=1, probes=[], live=False)
+    run = lab.last_run
+    assert run is not None and run.name == "late-interrupt" and not run.interrupted and run.transactions > 0
+    assert records.Run.load(run.path).transactions == run.transactions
+
+
+def test_a_second_interrupt_while_pgbench_is_stopped_still_ends_its_backends(lab, hot_row, monkeypatch):
+    """A student who presses Ctrl+C twice: the second lands while labkit stops pgbench."""
+    from labkit import processes
+
+    real_interrupt, ended = processes.interrupt, []
+    real_terminate = runner.db.terminate_runs
+
+    def impatient(process, *args, **kwargs):
+        signal.raise_signal(signal.SIGINT)
+        return real_interrupt(process, *args, **kwargs)
+
+    def terminate(conninfo, names):
+        ended.extend(names)
+        return real_terminate(conninfo, names)
+
+    monkeypatch.setattr(processes, "interrupt", impatient)
+    monkeypatch.setattr(runner.db, "terminate_runs", terminate)
+    holder = lab.session("int-holder-2")
+    holder.run("begin; update hot set n = n where id = 1")  # pgbench's clients will wait on this lock
+    interrupt = threading.Timer(2.0, lambda: signal.raise_signal(signal.SIGINT))
+    interrupt.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            lab.pgbench("update hot set n = n + 1 where id = 1;", name="twice", clients=3, duration=30,
+                        hold_sessions=True, live=False)
+        assert len(ended) == 1 and ended[0].startswith("labkit-run-")
+        assert leftover_backends(lab) == 0  # ended, not left to notice later that their client is gone
+    finally:
+        interrupt.cancel()
+        holder.run("rollback")
+    assert pgbench_children() == [] and lab.last_run.name == "twice" and lab.last_run.interrupted
 
 
 def test_an_interrupt_before_the_output_is_read_stops_the_run_cleanly(lab, monkeypatch):
@@ -336,6 +403,23 @@ def test_perf_records_the_server_backends(lab):
     assert {"nextval_internal", "ExecInterpExpr"} & {row["symbol"] for row in figures["symbols"]}
     assert set(Path(tempfile.gettempdir()).glob("labkit-perf-*")) == before, "perf data left behind"
     assert not [p for p in psutil.process_iter(["name"]) if p.info["name"] == "perf"], "perf left running"
+
+
+@pytest.mark.parametrize("name", ["buyer-who-keeps-the-last-item-in-the-basket-while-the-sale-goes-on-" + "x" * 10,
+                                  "acheteur-é"])
+def test_a_session_whose_name_the_server_shortens_or_escapes_still_holds_the_run_back(lab, hot_row, name):
+    """pg_stat_activity keeps 63 bytes of an application_name, its bytes outside printable ASCII as \\xNN."""
+    holder = lab.session(name)
+    holder.run("begin; update hot set n = n + 1 where id = 1")
+    # A run that did start would wait behind the held row for as long as it is held: it is let go after 5 s.
+    release = threading.Timer(5.0, lambda: lab.value("select pg_terminate_backend(%s)", (holder.pid,)))
+    release.start()
+    try:
+        with pytest.raises(UsageError, match=rf"Not started: {name} has been idle in a transaction"):
+            lab.pgbench("update hot set n = n + 1 where id = 1;", name="behind-long", clients=1, duration=1, live=False)
+    finally:
+        release.cancel()
+        lab.sessions.sessions.pop(name).close()
 
 
 def test_a_run_does_not_start_behind_this_notebooks_open_transaction(lab, hot_row):

@@ -5,6 +5,7 @@ Windows it listens on 127.0.0.1 only, with a password (tests/integration/test_tr
 that transport on every OS).
 """
 
+import contextlib
 import os
 import shutil
 import stat
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 import psutil
@@ -105,6 +107,128 @@ def test_unknown_setting_is_refused(lab):
         lab.set(max_conections=10)
 
 
+@pytest.mark.posix
+def test_a_home_labkit_did_not_make_keeps_its_mode_and_an_open_one_is_said():
+    """A class's shared folder given as LABKIT_HOME (sticky, as /tmp is): others may still create files in it."""
+    home = Path(tempfile.mkdtemp(prefix="labkit-shared home-"))
+    home.chmod(0o1777)
+    try:
+        with pytest.warns(UserWarning, match=r"is writable by its group and every user \(mode 1777\)"):
+            EmbeddedServer(home)._prepare_dirs()
+        assert stat.S_IMODE(home.stat().st_mode) == 0o1777
+        assert stat.S_IMODE((home / "cluster").stat().st_mode) == 0o700  # what labkit made there is private
+        assert stat.S_IMODE((home / "log").stat().st_mode) == 0o700
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture
+def own_server():
+    """A server of the test's own (one it may leave unable to start), stopped and removed at the end."""
+    home = Path(tempfile.mkdtemp(prefix="labkit-own server-"))
+    server = EmbeddedServer(home)
+    server.start(Profile.named("ci"), watch=False)
+    yield server
+    server.stop(mode="immediate")
+    shutil.rmtree(home, ignore_errors=True)
+
+
+NO_SUCH_LIBRARY = "labkit_no_such_library"
+REFUSED = f'could not access file "{NO_SUCH_LIBRARY}": No such file or directory'
+
+
+def test_a_setting_the_server_cannot_start_with_is_undone_and_said(own_server):
+    """ALTER SYSTEM takes a value the server then cannot start with (a library that is not there here; on a
+    laptop, shared_buffers='200GB'): left in postgresql.auto.conf it would keep the server down for good."""
+    from labkit.lab import Lab
+
+    lab = Lab(own_server, "refused", Profile.named("ci"), messages=[])
+    lab.set(max_connections=120)  # an earlier lab.set: put back as it was, not to the default
+    with pytest.raises(UsageError) as raised:
+        lab.set(max_connections=130, shared_preload_libraries=NO_SUCH_LIBRARY)
+    assert str(raised.value) == (
+        f"The server would not start with max_connections=130, shared_preload_libraries='{NO_SUCH_LIBRARY}': "
+        f"{REFUSED}. labkit put max_connections back to '120', shared_preload_libraries back to its default and "
+        "started the server again (sessions connect again by themselves): choose another value.")
+    assert own_server.running() and own_server.altered() == {"max_connections": "'120'"}
+    settings = lab.settings("max_connections", "shared_preload_libraries").set_index("name")["setting"]
+    assert (settings["max_connections"], settings["shared_preload_libraries"]) == ("120", "pg_stat_statements")
+    assert own_server.last_start_failure() is None
+
+
+def test_a_server_a_setting_keeps_from_starting_says_how_to_recover_and_the_cli_recovers_it(own_server, monkeypatch,
+                                                                                           capsys):
+    """A cluster left so by hand, or by an older labkit: labkit.start(), doctor and the way back."""
+    from labkit.__main__ import main
+
+    own_server.stop()
+    auto_conf = own_server.data_dir / "postgresql.auto.conf"
+    auto_conf.write_text(auto_conf.read_text(encoding="utf-8") + f"shared_preload_libraries = '{NO_SUCH_LIBRARY}'\n",
+                         encoding="utf-8")
+    with pytest.raises(labkit.ServerStartFailed) as raised:
+        own_server.start(Profile.named("ci"), watch=False)
+    assert raised.value.short == (
+        f"The lab server did not start: {REFUSED}. Settings made with lab.set (ALTER SYSTEM, in {auto_conf}): "
+        f"shared_preload_libraries = '{NO_SUCH_LIBRARY}'. If one keeps the server from starting, `python -m labkit "
+        "server reset-settings` removes them (keeping a copy) and starts it again.")
+    monkeypatch.setenv("LABKIT_HOME", str(own_server.home))
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    said = next((line.removeprefix("last start").strip() for line in out.splitlines() if line.startswith("last start")),
+                out)
+    assert said.startswith(f"failed: {REFUSED}. Settings made with lab.set (ALTER SYSTEM, in {auto_conf})"), said
+    assert said.endswith("`python -m labkit server reset-settings` removes them (keeping a copy) and starts it again.")
+    assert main(["server", "reset-settings"]) == 0
+    assert capsys.readouterr().out.startswith(f"removed shared_preload_libraries = '{NO_SUCH_LIBRARY}' (a copy is in ")
+    assert own_server.running() and own_server.altered() == {}
+    (copy,) = own_server.log_dir.glob("postgresql.auto.conf.*")
+    assert NO_SUCH_LIBRARY in copy.read_text(encoding="utf-8")  # nothing is lost
+    assert own_server.last_start_failure() is None
+    own_server.stop()  # (reset-settings started its watchdog: it leaves with the server)
+
+
+def test_a_start_that_times_out_leaves_no_server_coming_up_behind_it(own_server):
+    """pg_ctl gives up waiting without stopping the postmaster it started: labkit must (kill on timeout)."""
+    own_server.stop()
+    own_server.start_timeout_s = 0  # pg_ctl -t 0: it gives up at once, the postmaster still starting
+    with pytest.raises(labkit.ServerStartFailed, match=r"^The lab server was still starting after 0 s: labkit stopped it"):
+        own_server.start(Profile.named("ci"), watch=False)
+    time.sleep(2)  # long enough for a server left behind to come up
+    assert not own_server.running() and own_server._postmasters() == []
+    own_server.start_timeout_s = 60
+    assert own_server.start(Profile.named("ci"), watch=False) is True
+
+
+def test_a_tcp_port_taken_before_the_server_listens_is_traded_for_another(monkeypatch):
+    """Between labkit's check that a port is free and the server's bind, another program may take it."""
+    import socket
+
+    from labkit import embedded
+
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    real, asked = embedded.free_port, []
+
+    def raced(host="127.0.0.1", preferred=None):
+        asked.append(preferred)
+        return port if len(asked) == 1 else real(host, preferred)  # free when checked, taken when the server binds
+
+    monkeypatch.setattr(embedded, "free_port", raced)
+    home = Path(tempfile.mkdtemp(prefix="labkit-raced port-"))
+    server = EmbeddedServer(home, transport="tcp")
+    try:
+        assert server.start(Profile.named("ci"), watch=False) is True
+        assert server.port != port and asked == [None, port]
+        with psycopg.connect(server.conninfo(), connect_timeout=5) as connection:
+            assert connection.execute("select 1").fetchone() == (1,)
+    finally:
+        taken.close()
+        server.stop(mode="immediate")
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def test_a_killed_server_is_recovered_by_the_next_start():
     home = Path(tempfile.mkdtemp(prefix="labkit-kill-"))
     server = EmbeddedServer(home)
@@ -186,6 +310,70 @@ def test_watchdog_stops_the_server_of_a_killed_kernel():
         shutil.rmtree(home, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def watchdog_in_a_thread(server):
+    """labkit.watchdog's loop for ``server``, in a thread of this process (its log handler removed at the end)."""
+    import logging
+    import threading
+
+    from labkit import watchdog
+
+    labkit_log = logging.getLogger("labkit")
+    handlers, level = list(labkit_log.handlers), labkit_log.level
+    watching = threading.Thread(target=watchdog.watch, args=(server.home,), daemon=True)
+    watching.start()
+    try:
+        yield watching
+    finally:
+        server.stop()
+        watching.join(timeout=10)
+        for handler in set(labkit_log.handlers) - set(handlers):
+            labkit_log.removeHandler(handler)
+            handler.close()
+        labkit_log.setLevel(level)
+
+
+def test_the_watchdog_keeps_watching_through_restarts(own_server, monkeypatch):
+    """A restart leaves no postmaster.pid for about 0.1 s: a watchdog that polls then must not take it for gone.
+    Here it polls every 10 ms (2 s in use), so that every restart lands between two of its polls."""
+    from labkit import watchdog
+
+    monkeypatch.setattr(watchdog, "POLL_SECONDS", 0.01)
+    own_server.pin()  # no idle stop meanwhile
+    with watchdog_in_a_thread(own_server) as watching:
+        assert _wait_for(lambda: own_server.watchdog_pid() == os.getpid(), 5)
+        for _ in range(3):
+            own_server.restart()
+            assert watching.is_alive(), own_server.watchdog_log.read_text(encoding="utf-8")
+        own_server.stop()
+        watching.join(timeout=5)
+        assert not watching.is_alive()  # and it leaves once the server is gone for good
+    assert "the server is gone: exiting" in own_server.watchdog_log.read_text(encoding="utf-8")
+
+
+def test_the_watchdog_stays_through_a_refused_restart_that_is_put_right(own_server, monkeypatch):
+    """lab.set's restart fails (a setting the server cannot start with), then labkit puts the setting back and
+    starts the server: between the two the start lock is free and the server stopped, for one poll at most."""
+    from labkit import watchdog
+
+    polls: list[bool] = []
+
+    def between_polls(seconds):
+        polls.append(own_server.running())
+        if len(polls) == 1:
+            own_server.start(Profile.named("ci"), watch=False)  # the setting put back, the server started again
+        time.sleep(0.01)
+
+    own_server.pin()
+    own_server.stop()  # as the refused restart leaves it
+    monkeypatch.setattr(watchdog, "time", types.SimpleNamespace(sleep=between_polls, monotonic=time.monotonic))
+    with watchdog_in_a_thread(own_server) as watching:
+        assert _wait_for(lambda: len(polls) >= 3, 10), (polls, own_server.watchdog_log.read_text(encoding="utf-8"))
+        assert watching.is_alive() and polls[0] is False and own_server.running()
+    assert not watching.is_alive()  # the server stopped for good: it leaves
+    assert "the server is gone: exiting" in own_server.watchdog_log.read_text(encoding="utf-8")
+
+
 def test_a_failed_check_is_logged_and_a_dead_watchdog_is_replaced(monkeypatch):
     home = Path(tempfile.mkdtemp(prefix="labkit-watch-"))
     server = EmbeddedServer(home)
@@ -205,6 +393,29 @@ def test_a_failed_check_is_logged_and_a_dead_watchdog_is_replaced(monkeypatch):
     finally:
         if server.watchdog_pid():
             psutil.Process(server.watchdog_pid()).kill()
+        server.stop(mode="immediate")
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_stopped_server_is_server_gone_from_a_session_and_a_check_too():
+    """The error contract beyond the magics: a session's next statement and lab.check say ServerGone, in one line."""
+    from labkit import lab as lab_module
+    from labkit.records import Run
+
+    home = Path(tempfile.mkdtemp(prefix="labkit-gone-"))
+    server = EmbeddedServer(home)
+    try:
+        server.start(Profile.named("ci"), watch=False)
+        lab_module._create_database(server, lab_module.database_name("gone"), Profile.named("ci"), False, [])
+        lab = lab_module.Lab(server, "gone", Profile.named("ci"), messages=[])
+        assert lab.session("T1").run("select 1").message() == "SELECT 1"
+        server.stop()
+        for attempt in (lambda: lab.session("T1").run("select 1"), lambda: lab.session("T2"),
+                        lambda: lab.check("select 1 as one", run=Run("r", "gone", "ci", "now"))):
+            with pytest.raises(labkit.ServerGone, match=r"^The lab server is not running .*run labkit.start\('gone'\)"):
+                attempt()
+        lab.close()
+    finally:
         server.stop(mode="immediate")
         shutil.rmtree(home, ignore_errors=True)
 

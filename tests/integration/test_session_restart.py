@@ -46,6 +46,46 @@ def test_a_transaction_lost_to_a_restart_is_one_line_then_the_session_goes_on(la
     assert lab.sql("show transaction_isolation", session="R2") is not None  # and it keeps working
 
 
+def _ended(lab, session) -> None:
+    lab.value("select pg_terminate_backend(%s)", (session.pid,))
+    deadline = time.monotonic() + 5
+    while lab.value("select count(*) from pg_stat_activity where pid = %s", (session.pid,)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_a_session_whose_connection_was_ended_says_that_not_a_restart(lab, hot_row):
+    """pg_terminate_backend ends one connection; the server goes on (its start time says so)."""
+    holder = lab.session("E1")
+    assert isinstance(holder.run("begin; update hot set n = n + 1 where id = 1"), Result)
+    _ended(lab, holder)
+    with pytest.raises(LabkitError, match=r"^E1's transaction was lost: the server ended its connection \(terminating "
+                                          r"connection due to administrator command\), without restarting, and rolled "
+                                          r"it back; this statement did not run") as raised:
+        lab.sql("commit", session="E1")
+    assert "restarted" not in str(raised.value)
+    assert lab.sql("select n from hot where id = 1", session="E1").loc[0, "n"] == 0
+    idle = lab.session("E2")
+    assert isinstance(idle.run("select 1"), Result)
+    _ended(lab, idle)
+    again = idle.run("select 1")
+    assert isinstance(again, Result) and again.note == (
+        "(E2 connected again: the server had ended its connection since its last statement (terminating connection "
+        "due to administrator command), without restarting, so settings made with SET are back to their defaults.)")
+
+
+def test_a_session_a_timeout_ended_says_so_and_goes_on(lab):
+    """idle_in_transaction_session_timeout ends the connection with a FATAL error of its own class (25P03), not a
+    connection error: the session still knows it is lost, says why, and connects again."""
+    session = lab.session("E3")
+    assert isinstance(session.run("set idle_in_transaction_session_timeout = '100ms'"), Result)
+    assert isinstance(session.run("begin"), Result)
+    time.sleep(1)  # the server ends the connection meanwhile
+    with pytest.raises(LabkitError, match=r"^E3's transaction was lost: the server ended its connection \(terminating "
+                                          r"connection due to idle-in-transaction timeout\), without restarting"):
+        lab.sql("select 1", session="E3")
+    assert isinstance(session.run("select 1"), Result)
+
+
 def test_the_lock_monitor_reconnects_after_a_restart(lab, hot_row):
     holder, waiter = lab.session("R3"), lab.session("R4")
     assert isinstance(holder.run("select 1"), Result) and isinstance(waiter.run("select 1"), Result)

@@ -31,7 +31,12 @@ def test_every_run_completes_and_records_its_figures(lab_runs):
         # samples: with short transactions on a busy machine it can find none, and the record says so.
         horizon = next(cost for cost in run.extra["probe_costs"] if cost["name"] == "horizon")
         assert horizon["samples"] > 0 and "horizon" not in run.extra.get("probe_errors", {}), name
-        assert run.probes.get("horizon") or "horizon" in run.extra.get("probe_notes", {}), name
+        if run.extra["max_latency_ms"] > 3 * 1000 * horizon["every_s"]:
+            # a transaction open for three of its intervals spans some of its samples: the probe saw it
+            assert run.probes.get("horizon"), name
+        if not run.probes.get("horizon"):
+            assert run.extra["probe_notes"]["horizon"].startswith(
+                f"probe 'horizon' read no row in all {horizon['samples']} samples, one every 0.5 s"), name
 
 
 def test_fillfactor_50_keeps_updates_hot_and_latency_below_the_small_pending_list(lab_runs):

@@ -20,6 +20,8 @@ import yaml
 
 from labkit.backend import LAB_SETTINGS, lab_settings
 from labkit.profiles import Profile
+from tests import docker_fakes
+from tests.docker_fakes import FakeContainer
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker" / "compose.yaml"
@@ -83,62 +85,13 @@ def test_the_image_bakes_only_what_every_profile_shares():
     assert set(image_settings()) <= set(LAB_SETTINGS)
 
 
-class FakeContainer:
-    """What labkit calls on testcontainers' PostgresContainer, recorded (no engine here)."""
-
-    made: list = []
-
-    def __init__(self, image, **options):
-        self.options = options
-        self.env = {}
-        self.port = 5432
-        self.ports = {}
-        FakeContainer.made.append(self)
-
-    def with_env(self, name, value):
-        self.env[name] = value
-        return self
-
-    def with_kwargs(self, **kwargs):
-        self.kwargs = kwargs
-        return self
-
-    def start(self):
-        return self
-
-    def stop(self):
-        pass
-
-    def get_container_host_ip(self):
-        return "docker.example.test"
-
-    def get_exposed_port(self, port):
-        return 49153
-
-
 @pytest.fixture
 def engine(monkeypatch, tmp_path):
-    """A fake engine, local unless the test says otherwise; labkit's files in ``tmp_path``."""
-    import testcontainers.community.postgres
-    import testcontainers.core.image
-
+    """A fake engine (tests/docker_fakes.py), local unless the test says otherwise; labkit's files in ``tmp_path``."""
     from labkit import docker_backend
 
-    class FakeImage:
-        def __init__(self, path, tag, **build_options):
-            pass
-
-        def build(self):
-            return self
-
-    FakeContainer.made.clear()
     monkeypatch.setenv("LABKIT_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(docker_backend, "engine_problem", lambda timeout=3.0: None)
-    monkeypatch.setattr(docker_backend, "base_problem", lambda base=None, timeout=10.0: None)
-    monkeypatch.setattr(docker_backend, "_local_engine", lambda: True)
-    monkeypatch.setattr(docker_backend.DockerServer, "_remove_orphans", staticmethod(lambda: None))  # no engine
-    monkeypatch.setattr(testcontainers.core.image, "DockerImage", FakeImage)
-    monkeypatch.setattr(testcontainers.community.postgres, "PostgresContainer", FakeContainer)
+    docker_fakes.fake_engine(monkeypatch)
     return docker_backend
 
 

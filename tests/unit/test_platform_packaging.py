@@ -1,6 +1,7 @@
 """What a non-editable install gets: the wheel pip builds from pyproject.toml, and the floor it builds with."""
 
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -29,14 +30,35 @@ def test_a_license_expression_is_built_by_a_setuptools_that_reads_it():
         assert setuptools_floor() >= Version("77")
 
 
+# What a build writes beside the sources it reads; never the project's own (a checkout, or the tests' copy of it).
+BUILD_OUTPUT = ("build", "*.egg-info", "dist")
+LEFT_OUT = shutil.ignore_patterns(".git", ".venv", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache",
+                                  "executed", "node_modules",
+                                  *BUILD_OUTPUT)
+
+
+def build_output(folder: Path) -> dict[str, float]:
+    """The build output in ``folder``, each file with when it was written."""
+    return {str(path.relative_to(folder)): path.stat().st_mtime for pattern in BUILD_OUTPUT
+            for found in folder.glob(pattern) for path in [found, *found.rglob("*")]}
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
-    """The wheel `pip wheel --no-deps .` builds (its build output kept beside it)."""
+    """The wheel `pip wheel --no-deps .` builds from a copy of the project (its build output kept beside it).
+
+    setuptools writes ``build/`` and ``*.egg-info`` in the folder it builds: a copy's, so that the
+    checkout (an editable install's egg-info among it) is left as it was.
+    """
+    before = build_output(ROOT)
+    source = tmp_path_factory.mktemp("source") / "pg-concurrency-labs"
+    shutil.copytree(ROOT, source, ignore=LEFT_OUT)
     folder = tmp_path_factory.mktemp("wheel")
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-cache-dir", "-v", "-w",
-                            str(folder), str(ROOT)], capture_output=True, encoding="utf-8", errors="replace",
+                            str(folder), str(source)], capture_output=True, encoding="utf-8", errors="replace",
                            timeout=300)
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    assert build_output(ROOT) == before, "the build wrote into the project's own folder"
     (path,) = folder.glob("*.whl")
     return path, built.stdout + built.stderr
 

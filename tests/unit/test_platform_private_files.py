@@ -78,7 +78,9 @@ def windows(monkeypatch):
 def test_a_private_file_gets_its_access_list_before_the_secret_is_in_it(windows, tmp_path):
     path = config.write_private(tmp_path / "password", "s3cret")
     assert path.read_text(encoding="utf-8") == "s3cret"
-    assert windows.writes == [(path, _windows.owner_only_sddl(USER, folder=False), 0)]
+    ((written, sddl, size),) = windows.writes  # the new file, empty yet, that then replaces the old one
+    assert (written.parent, sddl, size) == (tmp_path, _windows.owner_only_sddl(USER, folder=False), 0)
+    assert written.name.startswith("password.") and not written.exists()
 
 
 def test_a_private_folder_gets_its_access_list_once(windows, tmp_path):
@@ -89,6 +91,14 @@ def test_a_private_folder_gets_its_access_list_once(windows, tmp_path):
 
 def test_a_folder_meant_for_others_to_read_keeps_its_access_list(windows, tmp_path):
     config.private_dir(tmp_path / "results", 0o755)
+    assert windows.writes == []
+
+
+def test_a_folder_labkit_did_not_make_keeps_its_access_list_and_an_open_one_is_said(windows, tmp_path):
+    """C:\\labkit made by hand takes C:\\'s inherited list, which lets Authenticated Users add files: said, not changed."""
+    (tmp_path / "mine").mkdir()
+    with pytest.warns(UserWarning, match=r"lets S-1-5-11, S-1-5-32-545 add files in it.*leaves the folder as it is"):
+        config.private_dir(tmp_path / "mine")
     assert windows.writes == []
 
 
@@ -124,3 +134,67 @@ def test_on_windows_a_private_file_and_folder_are_the_user_and_systems_alone(tmp
     assert _windows.parse_dacl(_windows.security().read(inside), user).aces  # inherited from the folder:
     assert {ace.sid for ace in _windows.parse_dacl(_windows.security().read(inside), user).aces} == {user, SYSTEM}
     assert os.access(secret, os.R_OK) and secret.read_text(encoding="utf-8") == "s3cret"
+
+
+@pytest.mark.posix
+def test_a_secret_is_private_before_it_is_written_and_never_written_through_a_link(tmp_path, monkeypatch):
+    """An older password file readable by others (0644), and a link planted where the state file goes."""
+    import stat
+
+    modes = []
+    real_open = open
+
+    class Watched:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return self.handle.__exit__(*exc)
+
+        def write(self, text):
+            modes.append(stat.S_IMODE(os.fstat(self.handle.fileno()).st_mode))
+            return self.handle.write(text)
+
+    monkeypatch.setattr(config, "open", lambda *args, **kwargs: Watched(real_open(*args, **kwargs)), raising=False)
+    older = tmp_path / "password"
+    older.write_text("old", encoding="utf-8")
+    older.chmod(0o644)
+    config.write_private(older, "s3cret")
+    assert modes == [0o600]  # the file the secret went into was private when it went in
+    assert stat.S_IMODE(older.stat().st_mode) == 0o600 and older.read_text(encoding="utf-8") == "s3cret"
+    theirs = tmp_path / "theirs"
+    theirs.write_text("theirs", encoding="utf-8")
+    planted = tmp_path / "connection.json"
+    planted.symlink_to(theirs)
+    config.write_private(planted, "s3cret")
+    assert theirs.read_text(encoding="utf-8") == "theirs"  # the link's target is untouched
+    assert not planted.is_symlink() and planted.read_text(encoding="utf-8") == "s3cret"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["connection.json", "password", "theirs"]
+
+
+@pytest.mark.posix
+def test_a_folder_labkit_makes_is_private_and_one_it_did_not_make_is_left_as_it_was(tmp_path):
+    import stat
+
+    made = config.private_dir(tmp_path / "new parent" / "home")
+    assert stat.S_IMODE(made.stat().st_mode) == 0o700 and stat.S_IMODE(made.parent.stat().st_mode) == 0o700
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o2775)  # a class's setgid folder
+    with pytest.warns(UserWarning, match=r"shared is writable by its group \(mode 2775\).*leaves the folder as it is"):
+        config.private_dir(shared)
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o2775
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    with pytest.warns(UserWarning, match=r"writable by its group and every user \(mode 1777\)"):
+        config.private_dir(sticky, 0o711)
+    assert stat.S_IMODE(sticky.stat().st_mode) == 0o1777  # others may still create files there
+    own = tmp_path / "own"
+    own.mkdir(mode=0o750)
+    own.chmod(0o750)
+    config.private_dir(own)  # others may read, not write: nothing to say (filterwarnings = error)
+    assert stat.S_IMODE(own.stat().st_mode) == 0o750

@@ -56,3 +56,26 @@ def test_runs_saved_in_one_second_list_in_the_order_they_ran(tmp_path):
     old_style = records.Run("old", "nb", "ci", "2026-11-26T10:00:00+00:00")
     old_style.save(tmp_path)
     assert [run.name for run in records.list_runs(tmp_path)][0] == "old"  # written at 10:00, before them
+
+
+@pytest.mark.posix  # a full disk, made for this process alone with its file-size limit (POSIX's RLIMIT_FSIZE)
+def test_a_record_that_does_not_fit_on_the_disk_leaves_the_saved_one_whole(tmp_path):
+    import resource
+
+    from labkit.errors import LabkitError
+
+    run = _run("select 1;")
+    saved = run.save(tmp_path)
+    before = saved.read_text(encoding="utf-8")
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (len(before.encode()) + 100, hard))  # a write past it fails (EFBIG)
+    try:
+        with pytest.raises(LabkitError, match=r"\(File too large\): .*quick.*json keeps what it held"):
+            run.note(notes="x" * 10_000)
+        with pytest.raises(LabkitError, match=r"nothing was written"):
+            _run("select 2; -- " + "x" * 10_000).save(tmp_path)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert saved.read_text(encoding="utf-8") == before  # not half of the new one
+    assert records.Run.load(saved).extra == {}
+    assert [path.name for path in tmp_path.iterdir()] == [saved.name]  # no half-written file beside it

@@ -4,6 +4,7 @@ import json
 import os
 from pathlib import Path
 
+import psutil
 import pytest
 
 from labkit import records
@@ -42,7 +43,8 @@ def test_listing_filters_and_newest(tmp_path):
     make_run("advisory", "2026-11-21T10:30:00+00:00", 3.0).save(tmp_path)
     make_run("other", "2026-11-21T10:30:00+00:00", 4.0, notebook="01-gin").save(tmp_path)
     (tmp_path / "broken.json").write_text("{not json")
-    found = records.list_runs(tmp_path, notebook="02-flash-sale")
+    with pytest.warns(UserWarning, match=r"broken.json is not a readable run record: .* \(left out of the runs listed\)"):
+        found = records.list_runs(tmp_path, notebook="02-flash-sale")
     assert [run.name for run in found] == ["plain", "advisory", "plain"]
     assert records.latest(found)["plain"].tps == 2.0
 
@@ -172,7 +174,11 @@ def test_machine_size_reads_the_container_limits(monkeypatch, tmp_path):
     cpus, memory = profiles.machine_size()
     assert cpus == 0.5 and memory == 2 * 2**30
     assert "0.5 CPUs and 2.0 GiB: the 'ci' profile fits best" in profiles.advise()
+    # no CPU limit ("max"): the CPUs this process may run on; a memory limit alone still holds
     (tmp_path / "cpu.max").write_text("max 100000", encoding="utf-8")
+    limit = psutil.virtual_memory().total // 2
+    (tmp_path / "memory.max").write_text(str(limit), encoding="utf-8")
+    host = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert profiles.machine_size() == (host, limit)
     (tmp_path / "memory.max").write_text("max", encoding="utf-8")
-    cpus, memory = profiles.machine_size()
-    assert cpus >= 1 and memory > 2 * 2**30
+    assert profiles.machine_size() == (host, psutil.virtual_memory().total)
