@@ -430,11 +430,12 @@ class EmbeddedServer(Server):
         then is stopped here, so that none comes up after labkit said it failed.
         """
         since = serverlog.position(self.log_file) or 0
+        before = {process.pid for process in self._postmasters()}  # a server already there is not this start's
         try:
             self._program("pg_ctl", "start", "-D", str(self.data_dir), "-l", str(self.log_file), "-w",
                           "-t", str(self.start_timeout_s), timeout=self.start_timeout_s + 30)
         except ServerStartFailed as failure:
-            stopped = self._stop_what_started(since)
+            stopped = self._stop_what_started(since, spare=before)
             reason = serverlog.refusal(self.log_file, since)
             self._save_state(failed_start=reason or failure.short)
             if reason:
@@ -472,17 +473,21 @@ class EmbeddedServer(Server):
                     found.append(process)
         return found
 
-    def _stop_what_started(self, since: int) -> bool:
+    def _stop_what_started(self, since: int, spare: set[int] = frozenset()) -> bool:
         """Kill a postmaster of this data folder that a failed start left (still starting); True if there was one.
 
         One that pg_ctl has only just forked may not be the postmaster yet: it is looked for a little
-        while, unless the log already says the server gave up.
+        while, unless the log already says the server gave up. The processes in ``spare`` were serving
+        the folder before the start (a server whose socket file was removed, say): never this start's.
         """
+        def started_now() -> list[psutil.Process]:
+            return [process for process in self._postmasters() if process.pid not in spare]
+
         deadline = time.monotonic() + 2
-        found = self._postmasters()
+        found = started_now()
         while not found and time.monotonic() < deadline and not serverlog.refusal(self.log_file, since):
             time.sleep(0.1)
-            found = self._postmasters()
+            found = started_now()
         for process in found:
             with contextlib.suppress(psutil.Error):
                 process.kill()  # its backends end with it (they watch the postmaster)

@@ -630,6 +630,10 @@ def start(notebook: str | None = None, *, profile: str | None = None, fresh: boo
     """
     from .limits import raise_file_limit
 
+    if "IPython" in sys.modules:  # in a kernel: %%sql and %%pgbench, registered once, and one-line errors
+        from .magics import register_once  # before the server starts: a start that fails is one line too
+
+        register_once()
     chosen = Profile.named(profile) if profile else current()
     notebook = notebook or _notebook_name()
     server = server_for_backend()
@@ -665,10 +669,6 @@ def start(notebook: str | None = None, *, profile: str | None = None, fresh: boo
     _LABS[notebook] = lab
     _CURRENT.append(lab)
     atexit.register(lab.close)
-    if "IPython" in sys.modules:  # in a kernel: %%sql and %%pgbench, registered once
-        from .magics import register_once
-
-        register_once()
     from .live import in_notebook
 
     if in_notebook():

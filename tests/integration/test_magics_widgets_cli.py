@@ -71,6 +71,37 @@ def test_a_labkit_error_in_a_code_cell_is_one_line_as_in_a_magics(shell, capsys)
     assert isinstance(result.error_in_exec, ZeroDivisionError) and "Traceback" in capsys.readouterr().out
 
 
+def test_a_server_that_will_not_start_is_one_line_in_a_fresh_kernel(shell, capsys, monkeypatch):
+    """labkit.start() is a notebook's first cell: its own failure must already read as one line."""
+    from labkit import lab as lab_module
+
+    class WillNotStart:
+        def register_kernel(self):
+            pass
+
+        def unregister_kernel(self):
+            pass
+
+        def reap_orphans(self):
+            return []
+
+        def start(self, profile):
+            raise labkit.ServerStartFailed("The lab server did not start: a test said so.")
+
+    saved = shell.custom_exceptions, shell.CustomTB
+    shell.set_custom_exc((), None)  # a kernel where labkit has not yet registered anything
+    monkeypatch.setattr(lab_module, "server_for_backend", WillNotStart)
+    try:
+        capsys.readouterr()
+        result = shell.run_cell("import labkit; labkit.start('never-started')")
+        assert isinstance(result.error_in_exec, labkit.ServerStartFailed)
+        captured = capsys.readouterr()
+        assert "Traceback" not in captured.out + captured.err, captured
+        assert "The lab server did not start: a test said so." in captured.err
+    finally:
+        shell.set_custom_exc(*saved)
+
+
 def test_the_magic_and_lab_pgbench_share_the_profiles_defaults(shell, lab):
     """Without -c, %%pgbench runs the profile's clients (it used 1); Lab.pgbench's options are obeyed."""
     run = shell.run_cell_magic("pgbench", "-t 3 --name magic-defaults", "select 1;")

@@ -199,6 +199,19 @@ def test_a_start_that_times_out_leaves_no_server_coming_up_behind_it(own_server)
     assert own_server.start(Profile.named("ci"), watch=False) is True
 
 
+@pytest.mark.posix
+def test_a_failed_start_leaves_a_server_that_was_already_running_alone(own_server):
+    """A tmp cleaner removed the socket file: the server runs, start() fails on its lock file and must not kill it."""
+    own_server.start(Profile.named("ci"), watch=False)
+    postmaster = own_server.postmaster_pid()
+    (own_server.socket_dir / ".s.PGSQL.5432").unlink()
+    with pytest.raises(labkit.ServerStartFailed, match="postmaster.pid"):
+        own_server.start(Profile.named("ci"), watch=False)
+    assert psutil.pid_exists(postmaster) and own_server.postmaster_pid() == postmaster
+    own_server.stop()  # pg_ctl stop needs no socket: the next start is a clean one
+    assert own_server.start(Profile.named("ci"), watch=False) is True
+
+
 def test_a_tcp_port_taken_before_the_server_listens_is_traded_for_another(monkeypatch):
     """Between labkit's check that a port is free and the server's bind, another program may take it."""
     import socket
