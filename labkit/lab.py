@@ -718,11 +718,23 @@ def _apply_profile(server: Server, profile: Profile, behind: list[tuple[str, str
         return (f"The server runs with smaller settings than the {profile.name!r} profile's ({have}): another notebook "
                 f"uses it, so they were not changed; lab.set({wanted}) applies them, with a restart (other notebooks' "
                 "sessions reconnect; do it while no run is going).")
+    names = [name for name, _, _ in behind]
     with db.connect(server.admin_conninfo()) as connection:
+        before: dict[str, str | None] = dict(connection.execute(query("altered_settings"), {"names": names}).fetchall())
         for name, _, value in behind:
             connection.execute(pgsql.SQL("alter system set {} = {}").format(pgsql.Identifier(name),
                                                                             pgsql.Literal(value)))
-    server.restart()
+    try:
+        server.restart()
+    except ServerStartFailed as failure:
+        # left in ALTER SYSTEM's file, the profile's values would keep the server from starting ever after
+        if not server.undo_settings({name: before.get(name) for name in names}):  # raises if even that will not start
+            raise
+        log.warning("the %s profile's %s: refused by the server (%s), put back", profile.name, have,
+                    failure.reason or failure.short)
+        return (f"The server would not start with the {profile.name!r} profile's settings ({have}): "
+                f"{failure.reason or failure.short}. labkit put them back and started it again: this machine may be "
+                "too small for that profile; choose a smaller one.")
     log.info("applied the %s profile's %s with a restart", profile.name, have)
     return (f"Applied the {profile.name!r} profile's settings ({have}) with a restart: no other notebook was using "
             "the server.")

@@ -199,6 +199,20 @@ def test_a_start_that_times_out_leaves_no_server_coming_up_behind_it(own_server)
     assert own_server.start(Profile.named("ci"), watch=False) is True
 
 
+def test_a_profile_the_server_cannot_start_with_is_put_back_and_said(own_server):
+    """labkit.start() raises a larger profile's settings with a restart: one the machine refuses must not brick it."""
+    from labkit import lab as lab_module
+
+    before = own_server.altered()
+    said = lab_module._apply_profile(own_server, Profile.named("laptop"), [("shared_buffers", "16MB", "200GB")])
+    assert said.startswith("The server would not start with the 'laptop' profile's settings (shared_buffers 16MB, "
+                           "laptop asks 200GB): "), said
+    assert "labkit put them back and started it again" in said
+    assert own_server.running() and own_server.altered() == before
+    with psycopg.connect(own_server.conninfo("postgres")) as connection:
+        assert connection.execute("show shared_buffers").fetchone()[0] != "200GB"
+
+
 @pytest.mark.posix
 def test_a_failed_start_leaves_a_server_that_was_already_running_alone(own_server):
     """A tmp cleaner removed the socket file: the server runs, start() fails on its lock file and must not kill it."""
