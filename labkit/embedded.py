@@ -473,7 +473,7 @@ class EmbeddedServer(Server):
                     found.append(process)
         return found
 
-    def _stop_what_started(self, since: int, spare: set[int] = frozenset()) -> bool:
+    def _stop_what_started(self, since: int, spare: frozenset[int] | set[int] = frozenset()) -> bool:
         """Kill a postmaster of this data folder that a failed start left (still starting); True if there was one.
 
         One that pg_ctl has only just forked may not be the postmaster yet: it is looked for a little

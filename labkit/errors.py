@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class LabkitError(RuntimeError):
     """A problem labkit can explain in a sentence or two.
@@ -22,6 +24,7 @@ class LabkitError(RuntimeError):
     def __init__(self, message: str, *, detail: str | None = None):
         self.detail = detail
         self.short = message
+        self.run: Any = None  # a run measured whose record the error kept from being saved (the caller keeps it)
         super().__init__(message if not detail else f"{message}\n{detail}")
 
 

@@ -378,7 +378,9 @@ class Lab:
             elif view is not None:
                 view.stopped("interrupted; pgbench was stopped and its backends terminated.")
             raise
-        except LabkitError:
+        except LabkitError as error:
+            if error.run is not None:  # measured, but its record could not be saved
+                self.last_run = error.run
             if view is not None:
                 view.stopped("pgbench stopped with an error (below).")
             raise

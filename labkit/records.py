@@ -212,7 +212,8 @@ class Run:
             kept = f"{self.path} keeps what it held" if self.path else "nothing was written"
             raise LabkitError(f"Could not save the record of run {self.name!r} in {directory} "
                               f"({error.strerror or error}): {kept}. Free some space there (or set LABKIT_RESULTS "
-                              "to another folder), then save it again with run.save().") from None
+                              "to another folder), then save it again with run.save() (lab.last_run.save() for the "
+                              "last run).") from None
         self.path = str(path)
         return path
 

@@ -30,7 +30,7 @@ import psycopg
 from . import cpu, db, limits, pgbench, processes, run_record, serverlog
 from . import perf as perf_module
 from .config import ENCODING
-from .errors import RunFailed, UsageError
+from .errors import LabkitError, RunFailed, UsageError
 from .probes import CPU, HELD_BY, HELD_BY_PROBE, WORK, Probe, Sampler
 from .profiles import machine_size
 from .queries import query
@@ -212,15 +212,23 @@ class PgbenchRunner:
             setattr(run, key, value)
         log.info("run %s: %s transactions, %s tps, %.1f s", spec.name, run.transactions, run.tps, outputs.wall_s)
         if outputs.interrupted:
-            run.save()  # what was measured, even with no transaction done (the waits, who held the lock)
-            raise Interrupted(f"pgbench run {spec.name!r} interrupted after {outputs.wall_s:.1f} s", run)
+            try:
+                run.save()  # what was measured, even with no transaction done (the waits, who held the lock)
+                unsaved = ""
+            except LabkitError as error:  # a full disk: the interrupt is still the news, the run still the caller's
+                unsaved = f" ({error})"
+            raise Interrupted(f"pgbench run {spec.name!r} interrupted after {outputs.wall_s:.1f} s{unsaved}", run)
         reason = run_record.failure(outputs, run)
         if reason is not None:
             raise RunFailed(f"pgbench stopped: {reason}",
                             detail="Fix the script and run the cell again." if run.errors else outputs.stderr[-2000:])
         if run.aborted_clients:
             _warn(run_record.aborted_sentence(run))
-        run.save()
+        try:
+            run.save()
+        except LabkitError as error:
+            error.run = run  # measured, only not on disk: the caller keeps it (lab.last_run) to save again
+            raise
         return run
 
     def _probe_connections(self, probes: list[Probe], cpu_probe: bool) -> int:

@@ -221,6 +221,23 @@ def test_a_second_interrupt_while_pgbench_is_stopped_still_ends_its_backends(lab
     assert pgbench_children() == [] and lab.last_run.name == "twice" and lab.last_run.interrupted
 
 
+def test_a_run_whose_record_cannot_be_saved_is_kept_to_save_again(lab, monkeypatch):
+    """A full disk: the error says so in one sentence, and the measured run is lab.last_run, saved once there is room."""
+    import errno
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(records, "_new_file", full)
+    with pytest.raises(LabkitError, match=r"Could not save the record of run 'disk-full' .*No space left on device"):
+        lab.pgbench("select 1;", name="disk-full", clients=1, duration=1, live=False)
+    kept = lab.last_run
+    assert kept is not None and kept.name == "disk-full" and kept.transactions > 0 and not kept.path
+    monkeypatch.undo()
+    kept.save()
+    assert records.Run.load(kept.path).transactions == kept.transactions
+
+
 def test_an_interrupt_before_the_output_is_read_stops_the_run_cleanly(lab, monkeypatch):
     """Ctrl+C can land between pgbench's start and the reader's: a KeyboardInterrupt, not an AttributeError."""
 
