@@ -39,8 +39,14 @@ def magics(lab):
 
     import labkit
 
+    from labkit import lab as lab_module
+
     shell = globalipapp.get_ipython()
     labkit.load_ipython_extension(shell)
+    # the magics use the lab started last: this module's, whatever another module in this process started
+    if lab in lab_module._CURRENT:
+        lab_module._CURRENT.remove(lab)
+    lab_module._CURRENT.append(lab)
     return shell.magics_manager.registry["LabMagics"]
 
 
