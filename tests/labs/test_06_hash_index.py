@@ -176,3 +176,15 @@ session look""")
     assert s3.released_by == "split_release"
     (queued,) = [event.rows for event in run.events if event.step == "locks"]
     assert {row["session"]: row["granted"] for row in queued} == {"s1": "t", "s2": "t", "s3": "f", "split": "f"}
+
+
+@pytest.mark.parametrize("arms", [ARMS, STANDIN], ids=["hash-btree", "stand-in"])
+def test_a_verdict_on_runs_too_short_says_so(lab_runs, arms):
+    """The profile's run lengths leave each run its steady seconds, or the lab's verdict says too short."""
+    from labkit.verdict import MIN_STEADY_S, compare, steady_seconds
+
+    groups = newest_repeats(lab_runs, arms)
+    found = compare(list(groups[arms[0]]), list(groups[arms[1]]))
+    shortest = min(steady_seconds(run) or 0 for run in in_order(groups))
+    assert (found.outcome == "too short") == (shortest < MIN_STEADY_S), (found.outcome, shortest)
+    assert found.basis != "repeats", found.basis  # judged as interleaved pairs, never as separate cells
