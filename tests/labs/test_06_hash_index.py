@@ -108,7 +108,10 @@ def test_every_update_of_a_hash_run_counted_itself_on_the_metapage(lab_runs):
     fresh = {run.extra["ntuples"] - run.extra["updates_counted"] for run in groups["hash"]}
     assert len(fresh) == 1, fresh  # the same fresh index each time
     for run in groups["hash"]:
-        assert run.extra["ntuples"] == run.extra["live_items"] + run.extra["dead_items"], run.extra
+        # every counted entry is on a page; a split whose old bucket could not be cleaned at once (another
+        # backend had it pinned) leaves the moved entries' copies there too, until the next split or VACUUM
+        # ("split-cleanup" in src/backend/access/hash/README; _hash_splitbucket), so the pages may hold more
+        assert run.extra["live_items"] + run.extra["dead_items"] >= run.extra["ntuples"] > 0, run.extra
 
 
 def test_every_hash_insertion_counts_itself_on_the_metapage(fresh_lab):
