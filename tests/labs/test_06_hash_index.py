@@ -56,7 +56,8 @@ def test_every_run_starts_from_a_fresh_index_after_a_checkpoint(lab_runs):
         assert len(befores) == 1, (name, befores)  # the same data, rebuilt: the same size before each run
         for previous, run in zip(groups[name], groups[name][1:]):  # not the previous run's grown index
             smallest = min(row["index_mb"] for row in run.probes["index"]) * 2**20
-            assert smallest < previous.extra["index_bytes_after"], name
+            if previous.extra["index_bytes_after"] > previous.extra["index_bytes_before"]:  # (a hash index may not grow)
+                assert smallest < previous.extra["index_bytes_after"], name
     for run in in_order(groups):
         events = run.extra["events"]
         assert events["checkpoints"] == 0 and events["checkpoint_buffers"] == 0, (run.name, run.order, events)
