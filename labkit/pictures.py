@@ -91,8 +91,12 @@ def _hot(profile):
 
 
 def _sequence(profile):
-    runs = _sweep("05-sequence-cache", profile, prefix="bulk-cache")
-    return runs and charts.sweep(runs, title="Lab 05: a bulk of nextval() calls, cache 1 vs cache 100")
+    names = ["bulk-cache100", "bulk-cache1", "bulk-stable-cache100"]  # the interleaved experiment's arms
+    groups = records.latest_groups([r for r in records.list_runs(notebook="05-sequence-cache") if r.profile == profile])
+    if not all(name in groups for name in names):
+        return None
+    return charts.compare([run for name in names for run in groups[name]],
+                          title="Lab 05: seq_bulk at as many clients as cores: cache 100, cache 1, the STABLE loop")
 
 
 def _hash(profile):
