@@ -65,7 +65,10 @@ def steps_spec(notebook: str, tag: str) -> str:
     (source,) = [cell.source for cell in nb.cells
                  if cell.cell_type == "code" and tag in cell.get("metadata", {}).get("tags", [])]
     first, _, body = source.partition("\n")
-    assert shlex.split(first) == ["%%steps"], f"{notebook}: the cell tagged {tag} is not a bare %%steps cell: {first}"
+    words = shlex.split(first)
+    # --out only names the variable the outcome is kept in; any other option would change what runs
+    bare = words[:1] == ["%%steps"] and (len(words) == 1 or (len(words) == 3 and words[1] in ("--out", "-o")))
+    assert bare, f"{notebook}: the cell tagged {tag} is not a bare %%steps cell (or one with --out): {first}"
     return body
 
 
