@@ -66,9 +66,9 @@ def steps_spec(notebook: str, tag: str) -> str:
                  if cell.cell_type == "code" and tag in cell.get("metadata", {}).get("tags", [])]
     first, _, body = source.partition("\n")
     words = shlex.split(first)
-    # --out NAME keeps the outcome in a variable: the spec is the body all the same
-    assert words[:1] == ["%%steps"] and words[1:] in ([], ["--out", words[-1]]), \
-        f"{notebook}: the cell tagged {tag} is not a %%steps cell without a --permutation: {first}"
+    # --out only names the variable the outcome is kept in; any other option would change what runs
+    bare = words[:1] == ["%%steps"] and (len(words) == 1 or (len(words) == 3 and words[1] in ("--out", "-o")))
+    assert bare, f"{notebook}: the cell tagged {tag} is not a bare %%steps cell (or one with --out): {first}"
     return body
 
 
