@@ -65,7 +65,10 @@ def steps_spec(notebook: str, tag: str) -> str:
     (source,) = [cell.source for cell in nb.cells
                  if cell.cell_type == "code" and tag in cell.get("metadata", {}).get("tags", [])]
     first, _, body = source.partition("\n")
-    assert shlex.split(first) == ["%%steps"], f"{notebook}: the cell tagged {tag} is not a bare %%steps cell: {first}"
+    words = shlex.split(first)
+    # --out NAME keeps the outcome in a variable: the spec is the body all the same
+    assert words[:1] == ["%%steps"] and words[1:] in ([], ["--out", words[-1]]), \
+        f"{notebook}: the cell tagged {tag} is not a %%steps cell without a --permutation: {first}"
     return body
 
 
