@@ -39,7 +39,9 @@ def test_before_t1_commits_t2_is_first_in_line_and_t3_queues_for_the_tuple_lock(
     lines = outline(outcome)
     assert lines[:lines.index("step T1_commit: <sql>") + 1] == [
         "Parsed test spec with 4 sessions", "",
-        "starting permutation: T1_update T2_update T3_update look T1_commit look T2_commit T3_commit",
+        "starting permutation: close T1_update T2_update T3_update look T1_commit look open",
+        "step close: <sql>",
+        "pg_advisory_lock", "----------------", "                ", "(1 row)", "",
         "step T1_update: <sql>",
         "step T2_update: <sql> <waiting ...>",
         "step T3_update: <sql> <waiting ...>",
@@ -64,7 +66,10 @@ def test_before_t1_commits_t2_is_first_in_line_and_t3_queues_for_the_tuple_lock(
 
 @pytest.mark.parametrize("attempt", range(4))
 def test_after_t1_commits_one_updates_and_the_other_waits_for_its_transaction(tour_lab, attempt):
-    """Which of T2 and T3 goes first is a race: what holds whoever wins is checked, not the winner."""
+    """Which of T2 and T3 goes first is a race: what holds whoever wins is checked, not the winner.
+
+    The gate (an advisory lock the watch session holds until `open`) keeps the winner's transaction open
+    whichever wins, so that the permutation ends the same way after either."""
     outcome = tour_lab.steps(steps_spec("00-start-here", STEPS))
     (run,) = outcome.permutations
     _, after = _look(run)
@@ -75,21 +80,24 @@ def test_after_t1_commits_one_updates_and_the_other_waits_for_its_transaction(to
     assert loser["waits_for"] == f"ShareLock on xid of {winner}"
     assert loser["wait_event"] == "Lock: transactionid"
     winner_row = next(row for row in after if row["session"] == winner)
-    assert (winner_row["state"], winner_row["holds"], winner_row["waits_for"]) == ("idle in transaction",
-                                                                                 f"xid of {winner}", None)
-    if "tuple" in loser["holds"]:  # it reached the new version before the winner had locked it
+    # the winner updated the row and waits at the gate, its transaction open
+    assert (winner_row["state"], winner_row["wait_event"], winner_row["holds"], winner_row["waits_for"]) == (
+        "active", "Lock: advisory", f"xid of {winner}", "ShareLock on advisory")
+    if "tuple" in loser["holds"]:  # it reached the new version between the winner's lock and its update
         assert loser["path"] == "first in line" and "tuple (0,1)" not in loser["holds"], loser
     else:
         assert loser["path"] == "by the chain" and loser["holds"] == f"xid of {loser['session']}", loser
-    # the loser completed once the winner committed (T2_commit or T3_commit, whichever is the winner's)
-    loser_update = events(run)[f"{loser['session']}_update"][0]
-    assert loser_update.error is None and loser_update.released_by is not None
+    # both completed once the gate opened: the winner committed, then the loser updated and committed
+    for session in ("T2", "T3"):
+        (update,) = events(run)[f"{session}_update"]
+        assert update.error is None and update.released_by is not None, update
+    assert "canceling" not in outline(outcome)
 
 
 def test_with_each_commit_before_the_next_update_nobody_waits(tour_lab):
     """The edit the text suggests."""
     outcome = tour_lab.steps(steps_spec("00-start-here", STEPS),
-                             permutation="T1_update T1_commit T2_update T2_commit T3_update T3_commit look")
+                             permutation="T1_update T1_commit T2_update T3_update look")
     (run,) = outcome.permutations
     assert all(event.waiting_s is None for event in run.events)
     assert "<waiting ...>" not in outcome.text
@@ -102,7 +110,7 @@ def test_exercise_2_a_lock_timeout_aborts_t2_and_leaves_t1s_update(tour_lab):
     spec = steps_spec("00-start-here", STEPS)
     t2_setup = "session T2\nsetup          { begin; }"
     assert t2_setup in spec
-    spec = spec.replace(t2_setup, "session T2\nsetup          { set lock_timeout = '2s'; begin; }")
+    spec = spec.replace(t2_setup, "session T2\nsetup          { set lock_timeout = '2s'; begin; }\nstep T2_commit { commit; }")
     outcome = tour_lab.steps(spec, permutation="T1_update T2_update T2_commit T1_commit")
     (run,) = outcome.permutations
     (t2,) = events(run)["T2_update"]
