@@ -77,7 +77,7 @@ class Verdict:
     low: float | None  # the ratio's interval (a cost: b's lowest over a's highest ...)
     high: float | None  # ... to b's highest over a's lowest)
     stands: bool
-    basis: str  # pairs, repeats (not interleaved), seconds, per repeat, too short, unknown, none
+    basis: str  # pairs, repeats (not interleaved), seconds, per repeat, too short, load changed, unknown, none
     limits: list[str] = field(default_factory=list)
     sentence: str = ""
     kind: str = "rate"
@@ -86,9 +86,9 @@ class Verdict:
 
     @property
     def outcome(self) -> str:
-        """One or two words for a table: stands, within noise, too short, apart, overlapping, no figure."""
-        if self.basis == "too short":
-            return "too short"
+        """One or two words for a table: stands, within noise, too short, load changed, apart, overlapping, no figure."""
+        if self.basis in ("too short", "load changed"):
+            return self.basis
         if self.ratio is None:
             return "no figure"
         if self.kind == "cost":
@@ -245,7 +245,7 @@ def compare(a_runs: list[Run] | Run, b_runs: list[Run] | Run, *, metric: str = "
                 f"; {len(changed)} more left out: the machine's load changed within them" if changed else "")
             basis = "pairs"
         elif paired is not None and len(paired) >= 2:
-            return verdict(b_mean / a_mean, None, None, False, "unknown",
+            return verdict(b_mean / a_mean, None, None, False, "load changed",
                            f"{head}{b_mean / a_mean:.2f}× (the machine's load changed within {len(changed)} of the "
                            f"{len(paired)} interleaved pairs, which leaves fewer than two to compare): cannot tell; "
                            "run it again on a quieter machine, or with more repeats.")

@@ -74,6 +74,7 @@ def _distributed(config) -> bool:
     return bool(numprocesses) and not config.getoption("collectonly", False)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own (one worker a core), which would answer first
 def pytest_xdist_auto_num_workers(config):
     """``-n auto``: two workers a core, at most four (the suite waits on runs and timers as much as it computes)."""
     from labkit.profiles import machine_size

@@ -411,7 +411,9 @@ print(json.dumps({"data_directory": row[0], "socket_dir": str(server.socket_dir)
                   "listen_addresses": row[2], "port": row[3], "backend_parent": backend_parent, "home": os.path.expanduser("~"),
                   "uid": os.getuid(), "user": pwd.getpwuid(os.getuid()).pw_name,
                   "data_owner": pwd.getpwuid(os.stat(row[0]).st_uid).pw_name,
-                  "postmaster_pid": server.postmaster_pid(), "results": str(config.results_dir())}))
+                  "postmaster_pid": server.postmaster_pid(), "results": str(config.results_dir()),
+                  "log_tail": [line for line in server.log_file.read_text(errors="replace").splitlines()
+                               if any(word in line for word in ("received", "starting", "shut down", "ready to"))][-12:]}))
 """
 
 # Run in one student's kernel: try another student's socket folder and home (``other`` is that student's IDENTITY).

@@ -140,7 +140,7 @@ def test_a_class_of_students_each_with_their_own_postgres(hub):
         assert server.uids().real == account.pw_uid and server.name() == "postgres"
         assert found["backend_parent"] == server.pid  # the kernel's own connection is served by that server
         assert (server.pid, server.create_time()) == (servers[name].pid, servers[name].create_time()), \
-            f"{name}'s PostgreSQL was restarted while the fourth student left"
+            f"{name}'s PostgreSQL was restarted while the fourth student left; its log: {found['log_tail']}"
     for key in ("data_directory", "socket_dir", "postmaster_pid", "home"):
         assert len({found[key] for found in seen.values()}) == len(STUDENTS), f"two students share a {key}"
 

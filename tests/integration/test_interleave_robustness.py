@@ -38,7 +38,6 @@ def magics(lab):
     from IPython.testing import globalipapp
 
     import labkit
-
     from labkit import lab as lab_module
 
     shell = globalipapp.get_ipython()

@@ -7,6 +7,7 @@ import pytest
 
 import labkit
 from labkit import records
+from tests.integration.test_runs import assert_interrupts_reach_this_thread
 
 pytestmark = pytest.mark.integration
 
@@ -58,6 +59,7 @@ def test_the_magic_repeats_and_refuses_a_bad_count(lab):
 def test_a_check_after_an_interrupted_run_notes_into_that_run(lab):
     first = lab.pgbench("select 1;", name="before-interrupt", clients=2, duration=1, live=False)
     assert lab.last_run is first
+    assert_interrupts_reach_this_thread()
     timer = threading.Timer(1.5, lambda: __import__("_thread").interrupt_main())
     timer.start()
     with pytest.raises(KeyboardInterrupt):

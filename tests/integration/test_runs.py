@@ -25,6 +25,17 @@ def pgbench_children():
     return [p for p in psutil.Process().children(recursive=True) if p.name() in ("pgbench", "pgbench.exe")]
 
 
+def assert_interrupts_reach_this_thread():
+    """Ctrl+C raises KeyboardInterrupt here (nothing earlier in this process replaced Python's own handler)."""
+    assert threading.current_thread() is threading.main_thread()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, signal.getsignal(signal.SIGINT)
+
+
+def terminate_backend(lab, pid):
+    with psycopg.connect(lab.conninfo, autocommit=True) as connection:
+        connection.execute("select pg_terminate_backend(%s)", (int(pid),))
+
+
 def leftover_backends(lab):
     return lab.value("select count(*) from pg_stat_activity where application_name like 'labkit-run-%'")
 
@@ -117,10 +128,15 @@ def test_a_run_without_long_waits_logs_none(lab):
 
 @pytest.mark.posix
 def test_interrupt_stops_pgbench_and_its_backends(lab, hot_row):
+    assert_interrupts_reach_this_thread()
     holder = lab.session("int-holder")
     holder.run("begin; update hot set n = n where id = 1")  # pgbench's clients will wait on this lock
+    holder_pid = holder.run("select pg_backend_pid() as pid").frame.iloc[0]["pid"]
     interrupt = threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGINT))
+    # if the interrupt never lands, the clients would wait on the held lock for ever: end it, and the test fails
+    release = threading.Timer(25.0, terminate_backend, (lab, holder_pid))
     interrupt.start()
+    release.start()
     started = time.monotonic()
     try:
         with pytest.raises(KeyboardInterrupt):
@@ -128,6 +144,7 @@ def test_interrupt_stops_pgbench_and_its_backends(lab, hot_row):
                         hold_sessions=True)
     finally:
         interrupt.cancel()  # (if the run did not even start, the interrupt must not hit the test session)
+        release.cancel()
         holder.run("rollback")
     assert time.monotonic() - started < 8
     assert pgbench_children() == []

@@ -74,7 +74,8 @@ def test_the_verdict_says_too_short_exactly_when_a_run_is(lab_runs):
         found = compare(arms["plain"], arms[name], metric="goodput")
         shortest = min(steady_seconds(run) for run in [*arms["plain"], *arms[name]])
         assert (found.outcome == "too short") == (shortest < MIN_STEADY_S), found.sentence
-        assert found.basis in ("pairs", "too short")  # the interleaved runs are compared pair by pair
+        # the interleaved runs are compared pair by pair (or said to be too few once pairs with a change of load are out)
+        assert found.basis in ("pairs", "too short", "load changed"), found.sentence
 
 
 def test_the_stock_check_never_sells_below_zero(lab_runs):

@@ -81,6 +81,8 @@ def test_the_expression_index_keeps_every_pointer_in_posting_lists_and_the_c2_in
                create table t5 (c1 jsonb, c2 int, c3 int);
                create index t5_c2_idx on t5 (c2);
                create index t5_expr_idx on t5 ((c1->>'prenom'));
+               -- a visit of autovacuum would remove the dead versions' pointers: this test counts them
+               alter table t5 set (autovacuum_enabled = off);
                insert into t5 values ('{"prenom": "adrien", "valeur": "1"}', 1, 1),
                                      ('{"prenom": "guillaume", "valeur": "2"}', 2, 2)""")
     run = lab.pgbench(ARTICLE_SCRIPT, name="postings", clients=6, duration=3, probes=[])
