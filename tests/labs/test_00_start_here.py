@@ -158,6 +158,8 @@ def test_the_verdict_is_the_pairs_or_says_the_runs_are_too_short(lab_runs):
     shortest = min(steady_seconds(run) for group in groups.values() for run in group)
     if shortest < MIN_STEADY_S:
         assert verdict.outcome == "too short", verdict.sentence
+    elif verdict.basis == "load changed":  # a busy machine's load changed within a pair: it says so
+        assert "cannot tell" in verdict.sentence, verdict.sentence
     else:
         assert verdict.basis == "pairs" and "interleaved pairs" in verdict.sentence, verdict.sentence
 
