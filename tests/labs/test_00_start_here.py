@@ -73,7 +73,8 @@ def test_after_t1_commits_one_updates_and_the_other_waits_for_its_transaction(to
     outcome = tour_lab.steps(steps_spec("00-start-here", STEPS))
     (run,) = outcome.permutations
     _, after = _look(run)
-    waiting = [row for row in after if row["waits_for"]]
+    # one waits for the other's transaction; the other, having updated the row, waits at the gate
+    waiting = [row for row in after if row["waits_for"] and row["waits_for"].startswith("ShareLock on xid of")]
     assert len(waiting) == 1, after
     (loser,) = waiting
     winner = {"T2": "T3", "T3": "T2"}[loser["session"]]
