@@ -116,7 +116,7 @@ def jupyterlab(tmp_path_factory):
 
 
 # Charts whose final rendering in JupyterLab is kept as a picture: the cell that draws it, the file.
-PICTURES = {"lab.compare(": "compare.png", "--name same-row-locks": "timeline-waits.png", "%%steps": "lanes.png"}
+PICTURES = {"charts.sweep(": "sweep.png", "--name same-row-locks": "timeline-waits.png", "%%steps": "lanes.png"}
 
 
 def _picture_of_output(cell, root: Path) -> None:
