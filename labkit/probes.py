@@ -141,29 +141,6 @@ def counted(rows: list[dict], *counters: str) -> list[dict]:
     return out
 
 
-def share_of_first(rows: list[dict], part: str, whole: str, count: float) -> float | None:
-    """The share of ``part`` among the first ``count`` of ``whole``, from a counter probe's samples.
-
-    Say HOT updates among the first 10,000 updates: read at the last sample that had counted no more
-    than ``count``. None if the probe never counted that many, or counted none by then.
-
-    Comparing runs at the same count, rather than over their whole length, takes out how far each
-    run got: a share that changes as a run goes on (HOT rising as pages are pruned) differs between a
-    short run and a long one for that reason alone.
-
-    >>> rows = [{"t": 0.0, "u_per_s": None, "h_per_s": None}, {"t": 1.0, "u_per_s": 100.0, "h_per_s": 10.0},
-    ...         {"t": 2.0, "u_per_s": 100.0, "h_per_s": 90.0}]
-    >>> share_of_first(rows, "h", "u", 100), share_of_first(rows, "h", "u", 200), share_of_first(rows, "h", "u", 300)
-    (0.1, 0.5, None)
-    """
-    counts = counted(rows, part, whole)
-    if not counts or counts[-1][whole] < count:
-        return None
-    reached = [row for row in counts if row[whole] <= count + 1e-6]
-    last = reached[-1] if reached else None
-    return None if not last or not last[whole] else last[part] / last[whole]
-
-
 WAIT_EVENTS = Probe("waits", query("wait_events"), 0.25, per_run=True)
 # The backends of this database holding the xmin horizon furthest back, every one tied on the oldest value.
 HORIZON = Probe("horizon", query("horizon"), 0.5)
