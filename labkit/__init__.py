@@ -48,11 +48,25 @@ A run, in one direction:
            argv that ran), tested on recorded output; phases.py: the start, the steady phase
            and the tail on pgbench's clock, figures over the steady phase      run_record.py
       -> records.Run: saved as JSON, listed; Repeats: the runs of one cell     records.py
-      -> verdict.compare: two groups of runs, a ratio with its spread          verdict.py
+      -> verdict.compare: two groups of runs, judged by the metric's kind: a rate's interleaved
+           pairs with a t interval (stats.py), a cost per repeat with its events    verdict.py
       -> charts.timeline / compare / sweep: data in, plotly figure out        charts.py
 
+A comparison, as an experiment:
+
+    lab.experiment({...}) / %%pgbench --arm cells / lab.sweep / lab.per_call      lab.py
+      -> experiment.run: the arms in rounds (A B, B A ...), each arm's setup around each run,
+           autovacuum visits and checkpoints counted around each (sql/run_events.sql), with a
+           budget: rounds added until decided, each look at a stricter interval     experiment.py
+      -> experiment.Result: one table and one sentence; the runs are ordinary records, tagged
+           with the experiment and their place in its order (records.Run.experiment, .order)
+
 Around it: ``sessions`` (named sessions that may block, each statement in a thread of its own;
-they reconnect after a server restart), ``profiles`` (ci / laptop / article, and the machine's
+they reconnect after a server restart), ``interleave`` (``%%steps``: isolation specs run as
+PostgreSQL's isolationtester runs them, over connections ``db`` opened (the sessions' and one
+control connection): each step a generator of ``psycopg.pq`` calls as psycopg's own generators
+are, waited for by psycopg's wait under the connection's lock, in the one thread using it),
+``profiles`` (ci / laptop / article, and the machine's
 size from its cgroup), ``widgets`` (panels that only call ``lab.pgbench``), ``perf``,
 ``article`` (the articles' figures), ``notebooks`` / ``pictures`` / ``binder`` / ``__main__``
 (the CLI), ``queries`` with ``sql/*.sql`` (the queries labkit runs on its own behalf, by name:

@@ -213,6 +213,9 @@ class Result:
     def __str__(self) -> str:
         return self.sentence()
 
+    def __repr__(self) -> str:
+        return f"{self.table().to_string()}\n{self.sentence()}"
+
     def _repr_html_(self) -> str:
         import html
 

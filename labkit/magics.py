@@ -249,30 +249,38 @@ class LabMagics(Magics):
     @argument("--out", "-o", default=None, help="store the outcome (text, events, lanes) in this variable")
     @argument("--timeout", default=None, type=float, help="seconds a step may run before it is cancelled (30)")
     @argument("--no-lanes", action="store_true", help="the text only, no lanes")
+    @argument("--regress", default=None, metavar="SPEC",
+              help="pg_regress's settings and application names, for the suite's spec SPEC (its expected output)")
     @cell_magic
     def steps(self, line, cell):
         """Run the cell, an isolation spec (setup, sessions with steps, permutations), step by step.
 
         Each step goes to its session (the lab's session of that name); a step the server makes wait
         is shown ``<waiting ...>`` and completed when a later step releases it. The lanes are drawn
-        as it happens, one lane per session.
+        as it happens, one lane per session. The text is the isolation tester's, stderr included.
         """
         from . import interleave
+        from .lab import server_gone
 
         args = parse_argstring(self.steps, line)
         lab = _current_lab()
         try:
             spec = interleave.parse(cell)
-            for name in interleave.unused_steps(spec):
-                print(f"unused step name: {name}", file=sys.stderr)
-            print(f"Parsed test spec with {len(spec.sessions)} sessions", flush=True)
+            environment = interleave.regress(args.regress) if args.regress else None
+            print(interleave.header(spec), end="", flush=True)
             watch = _StepsWatch(lab, show_lanes=not args.no_lanes)
             permutation = args.permutation.strip("'\"") if args.permutation else None  # IPython keeps the quotes
-            outcome = interleave.run(lab, spec, permutation=permutation, on_event=watch.event,
+            outcome = interleave.run(lab, spec, permutation=permutation, on_event=watch.event, environment=environment,
                                      step_timeout_s=args.timeout or interleave.DEFAULT_STEP_TIMEOUT_S)
             watch.done(outcome)
         except LabkitError as error:
             raise _for_student(error) from None
+        except KeyboardInterrupt:
+            raise IPythonUsageError("Interrupted: the steps still running were cancelled, the sessions' transactions "
+                                    "rolled back and the teardowns run; the sessions are ready for the next cell.") from None
+        except psycopg.OperationalError as error:  # connecting the sessions failed
+            raise _for_student(server_gone(lab, error) or LabkitError(
+                f"The spec's sessions could not connect: {connection_problem(error)}")) from None
         if args.out:
             self._namespace()[args.out] = outcome
         return None

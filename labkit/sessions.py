@@ -316,13 +316,16 @@ class Session:
         self.pending_note = note
         return future
 
-    def start(self, work: Callable[[psycopg.Connection], T], sql: str = "") -> Future[T]:
+    def start(self, work: Callable[[psycopg.Connection], T], sql: str = "", *, reconnect: bool = True) -> Future[T]:
         """Run ``work(connection)`` in the session's thread: what an interleaving's step does (labkit.interleave).
 
-        The session is busy until it ends, as with :meth:`submit`; ``sql`` names what it runs.
+        The session is busy until it ends, as with :meth:`submit`; ``sql`` names what it runs. Its
+        outcome is the caller's: a cell's ``finished_elsewhere`` never reports it. ``reconnect=False``:
+        a connection the server ended stays ended (in an interleaving, that is the experiment's result).
         """
         self._refuse_if_busy()
-        self._connect_again_if_lost()
+        if reconnect:
+            self._connect_again_if_lost()
         self._note = ""
         return self._start(lambda: work(self.connection), sql)
 
@@ -467,8 +470,11 @@ class Sessions:
                 outcome = session.pending.result(timeout=remaining)
             except TimeoutError:
                 continue
+            except Exception:  # noqa: BLE001 - work given to start() and abandoned by its caller: not a statement's
+                outcome = None
             session.pending = None
-            done.append(outcome)
+            if isinstance(outcome, (Result, Failed)):  # not what start()'s callers left behind
+                done.append(outcome)
         return done
 
     def close(self) -> None:

@@ -157,6 +157,32 @@ def pairs(a_runs: list[Run], b_runs: list[Run]) -> list[tuple[Run, Run]] | None:
     return list(zip(a_sorted, b_sorted))
 
 
+def steady_pairs(paired: list[tuple[Run, Run]]) -> tuple[list[tuple[Run, Run]], list[tuple[Run, Run]]]:
+    """The pairs whose two runs saw the same machine, and those within which its load changed.
+
+    A pair's two runs ran one after the other; when other processes' CPU differed between them by
+    a quarter of the machine or more (another program started or ended in between), their ratio
+    is the machine's as much as the arms'. Leaving such a pair out is decided by the CPU samples,
+    not by the figure compared, so what is left is judged as fairly as the whole: a pair whose CPU
+    was not measured is kept.
+
+    >>> def run(others): return Run("r", "nb", "ci", "now", extra={"cpu": {"pgbench": 0.1, "backends": 0.5,
+    ...     "server_other": 0.0, "idle": 1.4 - others, "cpus": 2, "samples": 12, "every_s": 0.25}})
+    >>> kept, changed = steady_pairs([(run(0), run(0.1)), (run(0), run(1.2)), (run(1.2), run(1.3))])
+    >>> len(kept), len(changed)
+    (2, 1)
+    """
+    kept: list[tuple[Run, Run]] = []
+    changed: list[tuple[Run, Run]] = []
+    for a, b in paired:
+        used = [cpu_others(run.extra.get("cpu") or {}) if cpu_enough(run.extra.get("cpu") or {}) else None
+                for run in (a, b)]
+        cpus = (a.extra.get("cpu") or {}).get("cpus") or 0
+        moved = None not in used and cpus and abs((used[0] or 0.0) - (used[1] or 0.0)) >= OTHERS_SHARE * cpus
+        (changed if moved else kept).append((a, b))
+    return kept, changed
+
+
 def compare(a_runs: list[Run] | Run, b_runs: list[Run] | Run, *, metric: str = "tps", kind: str | None = None,
             alpha: float = ALPHA) -> Verdict:
     """``b`` against ``a`` on ``metric``: the ratio, its interval (or a cost's repeats), and whether it stands.
@@ -210,11 +236,19 @@ def compare(a_runs: list[Run] | Run, b_runs: list[Run] | Run, *, metric: str = "
                        f"{'s' * (seconds != '1')}: too short to tell (a rate needs {MIN_STEADY_S:g} in each run).")
     paired = pairs(a_list, b_list)
     if len(a_values) >= 2 and len(b_values) >= 2:
-        if paired is not None and len(paired) >= 2:
-            found = _log_interval([math.log(value(b, metric) or 0.0) - math.log(value(a, metric) or 0.0)
-                                   for a, b in paired], None, alpha)
-            counted = f"from {len(paired)} interleaved pairs"
+        kept, changed = steady_pairs(paired) if paired is not None else ([], [])
+        if paired is not None and len(kept) >= 2:
+            ratios = [(value(a, metric) or 0.0, value(b, metric) or 0.0) for a, b in kept]
+            found = (_log_interval([math.log(y) - math.log(x) for x, y in ratios], None, alpha)
+                     if all(x > 0 and y > 0 for x, y in ratios) else None)
+            counted = f"from {len(kept)} interleaved pairs" + (
+                f"; {len(changed)} more left out: the machine's load changed within them" if changed else "")
             basis = "pairs"
+        elif paired is not None and len(paired) >= 2:
+            return verdict(b_mean / a_mean, None, None, False, "unknown",
+                           f"{head}{b_mean / a_mean:.2f}× (the machine's load changed within {len(changed)} of the "
+                           f"{len(paired)} interleaved pairs, which leaves fewer than two to compare): cannot tell; "
+                           "run it again on a quieter machine, or with more repeats.")
         else:
             found = _log_interval([math.log(v) for v in a_values if v > 0], [math.log(v) for v in b_values if v > 0],
                                   alpha)

@@ -32,6 +32,10 @@ def docker_lab():
         finally:
             lab.close()
             lab.server.stop()
+            from labkit import lab as lab_module
+
+            # the magics of later tests in this process must not find a lab on the stopped container
+            lab_module._CURRENT[:] = [started for started in lab_module._CURRENT if started.server is not lab.server]
 
 
 def test_the_image_has_the_lab_settings_and_extensions(docker_lab):

