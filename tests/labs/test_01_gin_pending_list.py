@@ -63,10 +63,12 @@ def test_the_small_list_is_flushed_by_a_client_and_a_tie_names_the_flusher(lab_r
         assert run.extra["pending_pages_max"] > 8  # past 64 kB (8 pages of 8,160 usable bytes)
         holder = run.extra["horizon_holder"]
         assert holder["who"].startswith("labkit-run-") and holder["query"].startswith("update test set crt_time")
-        assert not holder["doing"].startswith("Lock:"), holder
-        for instant in horizon_holders(run.probes["horizon"]):
-            if instant["tied_in_lock_waits"]:  # tied with backends waiting for a lock: never one of those
-                assert not instant["doing"].startswith("Lock:"), instant
+        # a backend waiting for a lock is named only when it holds the horizon by its own id (a flusher
+        # waiting to extend the index) or when every backend tied with it waits for a lock too
+        for instant in horizon_holders(run.probes["horizon"]):  # the longest-held one among them
+            if instant["doing"].startswith("Lock:"):
+                assert (instant["holds_by"] == "its transaction id"
+                        or instant["tied_in_lock_waits"] == instant["tied"]), instant
         assert run.extra["horizon_open_s_max"] == max(row["open_s"] for row in horizon_holders(run.probes["horizon"]))
 
 
