@@ -21,6 +21,7 @@ from time import monotonic
 
 from . import style
 from .pgbench import Progress, find_stalls
+from .phases import in_part
 from .probes import CPU, HELD_BY, WORK, counted, rate
 from .records import Run
 from .records import order as records_order
@@ -94,7 +95,8 @@ def _frame(rows: list[str], title: str):
         margin=dict(t=TOP_PIXELS, b=BOTTOM_PIXELS, r=LEGEND_PIXELS), **_row_legends(figure, rows),
     )
     figure.update_xaxes(title_text="seconds since the run started", row=len(rows), col=1)
-    figure.update_yaxes(title_text="tps", rangemode="tozero", row=1, col=1)
+    figure.update_yaxes(rangemode="tozero")  # a second at zero sits on the axis, on both sides
+    figure.update_yaxes(title_text="tps", row=1, col=1)
     # ticks at 1, 2, 5, 10, 20, 50 ... written in full (plotly's default labels every digit on a
     # short log axis, and writes 20 and 50 as "2" and "5")
     figure.update_yaxes(title_text="ms", type="log", tickformat=",~g", dtick="D2", row=2, col=1)
@@ -393,13 +395,33 @@ def _probe_columns(name: str, samples: list[dict]) -> list[tuple[str, list, list
             for index, c in enumerate(columns)]
 
 
-def _probe_trace(trace_name: str, x, y, color: str):
+def _probe_trace(trace_name: str, x, y, color: str, samples: list[dict] | None = None):
+    """One probe column as a line, or as points where the probe returns several rows per instant.
+
+    A probe that returns a row per backend (every backend tied on the oldest xmin) has several
+    values at one instant: a line through them would zigzag. Each row's text columns go to the
+    hover (what each backend was doing).
+    """
     go, _ = _go()
-    return go.Scatter(x=x, y=y, name=trace_name, mode="lines+markers", marker_size=4, line=dict(color=color))
+    trace = go.Scatter(x=x, y=y, name=trace_name, mode="lines+markers", marker_size=4, line=dict(color=color))
+    if samples:
+        _probe_style(trace, samples)
+    return trace
+
+
+def _probe_style(trace, samples: list[dict]) -> None:
+    times = [row["t"] for row in samples]
+    texts = [c for c in dict.fromkeys(c for row in samples for c in row if c != "t")
+             if any(isinstance(row.get(c), str) for row in samples)]
+    trace.update(mode="markers" if len(set(times)) < len(times) else "lines+markers",
+                 marker_size=6 if len(set(times)) < len(times) else 4)
+    if texts:
+        trace.update(hovertext=["<br>".join(f"{c}: {row[c]}" for c in texts if row.get(c) is not None) for row in samples],
+                     hovertemplate="%{y}<br>%{hovertext}<extra>%{fullData.name}</extra>")
 
 
 def _probe_traces(name: str, samples: list[dict]):
-    return [_probe_trace(*column) for column in _probe_columns(name, samples)]
+    return [_probe_trace(*column, samples=samples) for column in _probe_columns(name, samples)]
 
 
 # -- the charts
@@ -590,8 +612,9 @@ class LiveChart:
             for trace_name, x, y, color in _probe_columns(name, samples):
                 if trace_name in existing:
                     existing[trace_name].x, existing[trace_name].y = x, y
+                    _probe_style(existing[trace_name], samples)
                 else:
-                    _add(self.figure, _probe_trace(trace_name, x, y, color), self.rows.index(name) + 1)
+                    _add(self.figure, _probe_trace(trace_name, x, y, color, samples), self.rows.index(name) + 1)
 
 
 def probe_over_time(runs: list[Run], probe: str, column: str, *, per: str | None = None, title: str | None = None,
@@ -698,7 +721,8 @@ def compare(runs: list[Run], *, metric: str = "tps", title: str | None = None):
         margin=dict(t=TOP_PIXELS, b=BOTTOM_PIXELS, r=LEGEND_PIXELS), **_bar_legends(figure),
     )
     figure.update_xaxes(title_text="seconds", row=1, col=1)
-    figure.update_yaxes(title_text="tps", rangemode="tozero", row=1, col=1)
+    figure.update_yaxes(rangemode="tozero")  # a second at zero sits on the axis, on both sides
+    figure.update_yaxes(title_text="tps", row=1, col=1)
     figure.update_yaxes(autorange="reversed", row=2, col=1)  # the first run on top
     values = [run.tps for run in runs] + ([run.extra.get(metric) for run in runs] if beside else [])
     largest = max((value for value in values if isinstance(value, (int, float))), default=0)
@@ -787,10 +811,12 @@ def sweep(runs: list[Run], *, title: str | None = None):
 
 
 def logs_beside(logs, runs: list[Run], *, by: list[str], title: str | None = None):
-    """An article's per-second progress logs (left) beside this machine's runs (right).
+    """An article's per-second progress logs (left) beside this machine's runs (right), over their steady phases.
 
     ``logs`` is a frame with ``t`` and ``tps`` columns (e.g. from :func:`labkit.article.figures`);
-    each distinct combination of the ``by`` columns is one line. Seconds at zero show as zero.
+    each distinct combination of the ``by`` columns is one line. Seconds at zero show as zero. A
+    run's start and its tail after ``-T`` are left out: an article's logs are excerpts from within
+    its runs, and a tail's seconds at zero are pgbench waiting for its last clients, not a stall.
     With no runs the article's logs are drawn alone, over the whole width.
     """
     go, make_subplots = _go()
@@ -805,13 +831,17 @@ def logs_beside(logs, runs: list[Run], *, by: list[str], title: str | None = Non
                                     marker_size=4, legendgroup="article", legendgrouptitle_text="the article",
                                     line=dict(color=style.color(label))), row=1, col=1)
     for run in runs:
-        figure.add_trace(go.Scatter(x=[p["t"] for p in run.per_second], y=[p["tps"] for p in run.per_second],
+        # its steady phase: the article's logs are excerpts from within long runs, with no start or tail
+        parts = run.phase_parts()
+        steady = [point for _, _, point in in_part(run.per_second, parts)] if parts else run.per_second
+        figure.add_trace(go.Scatter(x=[p["t"] for p in steady], y=[p["tps"] for p in steady],
                                     name=run.label, mode="lines+markers", marker_size=4, legendgroup="here",
                                     legendgrouptitle_text="this machine",
                                     line=dict(color=run_color(run), dash=style.TPS_DASH)), row=1, col=2)
     figure.update_layout(title=title or "per-second throughput: the article beside this run", height=480)
     figure.update_xaxes(title_text="seconds")
-    figure.update_yaxes(title_text="tps", rangemode="tozero", row=1, col=1)
+    figure.update_yaxes(rangemode="tozero")  # a second at zero sits on the axis, on both sides
+    figure.update_yaxes(title_text="tps", row=1, col=1)
     return figure
 
 

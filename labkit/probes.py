@@ -17,6 +17,9 @@ What each built-in probe costs the server it measures:
 - ``held_by`` (every second) reads ``pg_stat_activity``, and the lock table only while every
   client of the run waits for a heavyweight lock: then one ``pg_locks`` read per sample.
 - ``cpu`` (every second) asks the operating system (psutil), not the server.
+- ``horizon`` (:data:`HORIZON`, every half second, for a lab to pass) reads ``pg_stat_activity``:
+  every backend of the database tied on the oldest xmin, one row each; :func:`horizon_holders`
+  names the one holding it back at each instant.
 
 A probe that reads the lock table (``pg_locks``, ``pg_blocking_pids``) takes every lock-manager
 partition lock for each call (``GetLockStatusData`` and ``GetBlockerStatusData`` in lock.c):
@@ -139,36 +142,59 @@ def counted(rows: list[dict], *counters: str) -> list[dict]:
     return out
 
 
-def share_of_first(rows: list[dict], part: str, whole: str, count: float) -> float | None:
-    """The share of ``part`` among the first ``count`` of ``whole``, from a counter probe's samples.
-
-    Say HOT updates among the first 10,000 updates: read at the last sample that had counted no more
-    than ``count``. None if the probe never counted that many, or counted none by then.
-
-    Comparing runs at the same count, rather than over their whole length, takes out how far each
-    run got: a share that changes as a run goes on (HOT rising as pages are pruned) differs between a
-    short run and a long one for that reason alone.
-
-    >>> rows = [{"t": 0.0, "u_per_s": None, "h_per_s": None}, {"t": 1.0, "u_per_s": 100.0, "h_per_s": 10.0},
-    ...         {"t": 2.0, "u_per_s": 100.0, "h_per_s": 90.0}]
-    >>> share_of_first(rows, "h", "u", 100), share_of_first(rows, "h", "u", 200), share_of_first(rows, "h", "u", 300)
-    (0.1, 0.5, None)
-    """
-    counts = counted(rows, part, whole)
-    if not counts or counts[-1][whole] < count:
-        return None
-    reached = [row for row in counts if row[whole] <= count + 1e-6]
-    last = reached[-1] if reached else None
-    return None if not last or not last[whole] else last[part] / last[whole]
-
-
 WAIT_EVENTS = Probe("waits", query("wait_events"), 0.25, per_run=True)
+# The backends of this database holding the xmin horizon furthest back, every one tied on the oldest value.
+HORIZON = Probe("horizon", query("horizon"), 0.5)
 HELD_BY = "held_by"  # every client of the run waits for a lock held outside it: by whom
 HELD_BY_PROBE = Probe(HELD_BY, query("held_by"), 1.0, per_run=True,
                       lock_table="only while every client of the run waits for a lock")
 CPU = "cpu"  # CPU used by pgbench and by the server, from the operating system
 # The name of the probe that samples a run's work counter (see ``work=`` of Lab.pgbench).
 WORK = "work"
+
+
+def horizon_holders(rows: list[dict]) -> list[dict]:
+    """The backend that held the xmin horizon at each instant of the :data:`HORIZON` probe, ties broken.
+
+    Backends tie on the oldest value whenever their snapshots were taken while one transaction
+    ran: its xid is their xmin. The holder is the one that holds it by its own transaction id (the
+    transaction the others' snapshots wait on), else one not waiting for a heavyweight lock (a
+    waiter waits for another backend), else the one open longest (the earliest ``xact_start``).
+    Each instant's holder row comes with ``tied`` (the backends on the oldest value) and
+    ``tied_in_lock_waits`` (those of them waiting for a heavyweight lock, ``Lock: ...``).
+
+    >>> rows = [{"t": 1.0, "open_s": 2.5, "pid": "7", "doing": "Lock: transactionid", "holds_by": "its snapshot"},
+    ...         {"t": 1.0, "open_s": 2.4, "pid": "8", "doing": "CPU", "holds_by": "its snapshot"},
+    ...         {"t": 1.5, "open_s": 0.1, "pid": "9", "doing": "CPU", "holds_by": "its snapshot"}]
+    >>> [(h["t"], h["pid"], h["tied"], h["tied_in_lock_waits"]) for h in horizon_holders(rows)]
+    [(1.0, '8', 2, 1), (1.5, '9', 1, 0)]
+    """
+    instants: dict[float, list[dict]] = {}
+    for row in rows:
+        instants.setdefault(row["t"], []).append(row)
+
+    def waits_for_a_lock(row: dict) -> bool:
+        return str(row.get("doing") or "").startswith("Lock:")
+
+    holders = []
+    for tied in instants.values():
+        holder = max(tied, key=lambda row: (row.get("holds_by") == "its transaction id", not waits_for_a_lock(row),
+                                            row.get("open_s") or 0.0))
+        holders.append({**holder, "tied": len(tied), "tied_in_lock_waits": sum(map(waits_for_a_lock, tied))})
+    return holders
+
+
+def longest_held(rows: list[dict]) -> tuple[dict | None, int]:
+    """The instant whose horizon holder had been open longest, and how many instants saw a holder at all.
+
+    A maximum of samples is the largest of that many, not the longest the horizon was held: a
+    transaction may have stayed open past the last sample that saw it. (None, 0: no instant saw one.)
+
+    >>> longest_held([{"t": 0.5, "open_s": 1.0, "doing": "CPU"}, {"t": 1.0, "open_s": 3.0, "doing": "CPU"}])[0]["t"]
+    1.0
+    """
+    holders = horizon_holders(rows)
+    return (max(holders, key=lambda row: row.get("open_s") or 0.0) if holders else None), len(holders)
 
 
 class _Schedule(threading.Thread):

@@ -32,8 +32,8 @@ CONFIGS = {  # name: (profile, CPUs pinned with taskset, or None for all)
 # carry the clients ("bulk-cache1-c{clients}"): the point with the most clients both methods ran is compared.
 KEY = [
     ("00-start-here", "same-row", "spread", "tps", None),
-    ("01-gin-pending-list", "fastupdate-off", "pending-64kB", "tps", None),
-    ("01-gin-pending-list", "fastupdate-off", "pending-128MB", "tps", None),
+    ("01-gin-pending-list", "fastupdate-off", "off-open-xid", "non_hot_share", None),
+    ("01-gin-pending-list", "fastupdate-off", "pending-64kB", "non_hot_share", None),
     ("02-flash-sale", "plain", "skip-locked", "goodput", None),
     ("02-flash-sale", "plain", "advisory", "goodput", None),
     ("03-queue", "for-update", "skip-locked", "goodput", None),

@@ -1,102 +1,104 @@
-"""Lab 01: the GIN pending list, from the records the notebook saved; pruning held back, from its steps."""
+"""Lab 01: the GIN pending list, from the records the notebook saved; pruning and a flush, from its steps."""
 
+import re
 import time
 
+import numpy as np
 import pytest
 
 from labkit import records
+from labkit.experiment import plan
+from labkit.probes import horizon_holders
 from labkit.profiles import Profile
-from labkit.verdict import compare
+from labkit.verdict import MIN_STEADY_S, compare, pairs, steady_pairs, steady_seconds
 
-from .steps import steps_spec
+from .steps import python_cell, steps_spec
 
 pytestmark = pytest.mark.integration
 
-RUNS = ["pending-64kB", "pending-4MB", "pending-128MB", "fillfactor-50", "fastupdate-off"]
-COMPARED = ["pending-64kB", "pending-128MB", "fastupdate-off"]  # repeated: the lab's verdicts are on these
-FIGURES = {"stall_seconds", "max_latency_ms", "overrun_s", "hot_ratio", "pending_pages_max",
-           "oldest_xact_s_max", "table_mb", "gin_mb"}
+NOTEBOOK = "01-gin-pending-list"
+ARMS = ["fastupdate-off", "off-open-xid", "pending-64kB"]  # the experiment's arms, the control first
+FIGURES = {"non_hot_share", "updates", "table_mb", "gin_mb", "pending_pages_max", "horizon_samples",
+           "horizon_open_s_max", "horizon_holder"}
 
 
-def test_every_run_completes_and_records_its_figures(lab_runs):
-    runs = lab_runs("01-gin-pending-list", RUNS)
-    for name in RUNS:
-        run = runs[name]
-        assert run.mode == "prepared" and run.failures == 0 and not run.errors, name
-        assert run.clients == runs["pending-64kB"].clients and run.duration_s == runs["pending-64kB"].duration_s
-        assert FIGURES <= set(run.extra), f"{name} lacks {FIGURES - set(run.extra)}"
-        assert run.extra["max_latency_ms"] == pytest.approx(run.latency_ms["max"], abs=0.1)
-        assert run.probes.get("pending") and run.probes.get("hot"), name
-        # The horizon probe reads a row only when some backend holds a snapshot at the instant it
-        # samples: with short transactions on a busy machine it can find none, and the record says so.
-        horizon = next(cost for cost in run.extra["probe_costs"] if cost["name"] == "horizon")
-        assert horizon["samples"] > 0 and "horizon" not in run.extra.get("probe_errors", {}), name
-        if run.extra["max_latency_ms"] > 3 * 1000 * horizon["every_s"]:
-            # a transaction open for three of its intervals spans some of its samples: the probe saw it
-            assert run.probes.get("horizon"), name
-        if not run.probes.get("horizon"):
-            assert run.extra["probe_notes"]["horizon"].startswith(
-                f"probe 'horizon' read no row in all {horizon['samples']} samples, one every 0.5 s"), name
+def experiment(lab_runs) -> dict[str, records.Repeats]:
+    """The newest experiment's runs, by arm."""
+    lab_runs(NOTEBOOK, ARMS)
+    groups = records.latest_groups(records.list_runs(notebook=NOTEBOOK))
+    return {name: groups[name] for name in ARMS}
 
 
-def test_fillfactor_50_keeps_updates_hot_and_latency_below_the_small_pending_list(lab_runs):
-    runs = lab_runs("01-gin-pending-list", RUNS)
-    assert runs["fillfactor-50"].extra["hot_ratio"] > 0.9
-    assert runs["fillfactor-50"].extra["max_latency_ms"] < runs["pending-64kB"].extra["max_latency_ms"]
+def test_the_arms_ran_interleaved_each_on_a_table_of_its_own(lab_runs):
+    arms = experiment(lab_runs)
+    runs = sorted((run for group in arms.values() for run in group), key=lambda run: run.order)
+    repeats = Profile.named(runs[0].profile).repeats
+    assert len({run.experiment for run in runs}) == 1 and [run.order for run in runs] == list(range(1, len(runs) + 1))
+    assert [run.name for run in runs] == plan(ARMS, repeats)  # A B C, C B A, ...
+    for run in runs:
+        assert run.mode == "prepared" and run.failures == 0 and not run.errors, run.name
+        assert (run.clients, run.duration_s) == (runs[0].clients, runs[0].duration_s)
+        assert FIGURES <= set(run.extra), f"{run.name} lacks {FIGURES - set(run.extra)}"
+        # a fresh table each run: its update counter holds this run's updates alone, one per transaction
+        assert run.extra["updates"] == run.whole["transactions"], run.name
 
 
-def test_the_small_list_is_flushed_inside_a_users_update(lab_runs):
-    run = lab_runs("01-gin-pending-list", RUNS)["pending-64kB"]
-    assert run.extra["pending_pages_max"] > 8  # past its limit: 64 kB is 8 pages
-    oldest = max(run.probes["horizon"], key=lambda row: row["oldest_xact_s"])
-    # caught in the act: the transaction open longest is one of pgbench's one-row updates
-    assert oldest["oldest_xact_s"] > 1 and "update test set crt_time" in oldest["oldest_backend"], oldest
-    assert run.extra["oldest_xact_s_max"] == oldest["oldest_xact_s"]
+def test_the_control_differs_by_one_idle_transaction_id_and_keeps_no_update_on_its_page(lab_runs):
+    arms = experiment(lab_runs)
+    for run in arms["fastupdate-off"] + arms["off-open-xid"]:
+        assert run.extra["pending_pages_max"] == 0, run.name  # fastupdate off: no list in either
+    for run in arms["fastupdate-off"]:
+        assert all(holder["who"] != "labkit-idle" for holder in horizon_holders(run.probes.get("horizon") or []))
+    for run in arms["off-open-xid"]:
+        holders = horizon_holders(run.probes["horizon"])
+        assert holders and all(holder["who"] == "labkit-idle" and holder["holds_by"] == "its transaction id"
+                               and holder["doing"] == "idle in transaction" for holder in holders)
+        assert max(holder["tied"] for holder in holders) > 1  # the clients' snapshots tie with it: the probe shows them
+        # with the horizon held from before the run, no page of the table can be pruned: nearly no update stays HOT
+        assert run.extra["non_hot_share"] > 0.9, run.extra["non_hot_share"]
 
 
-def test_the_large_list_stays_below_its_limit_and_hot(lab_runs):
-    run = lab_runs("01-gin-pending-list", RUNS)["pending-128MB"]
-    assert run.extra["pending_pages_max"] < 16384  # 128 MB in 8 kB pages: no foreground flush
-    assert run.extra["hot_ratio"] > 0.9
+def test_the_small_list_is_flushed_by_a_client_and_a_tie_names_the_flusher(lab_runs):
+    for run in experiment(lab_runs)["pending-64kB"]:
+        assert run.extra["pending_pages_max"] > 8  # past 64 kB (8 pages of 8,160 usable bytes)
+        holder = run.extra["horizon_holder"]
+        assert holder["who"].startswith("labkit-run-") and holder["query"].startswith("update test set crt_time")
+        # a backend waiting for a lock is named only when it holds the horizon by its own id (a flusher
+        # waiting to extend the index) or when every backend tied with it waits for a lock too
+        for instant in horizon_holders(run.probes["horizon"]):  # the longest-held one among them
+            if instant["doing"].startswith("Lock:"):
+                assert (instant["holds_by"] == "its transaction id"
+                        or instant["tied_in_lock_waits"] == instant["tied"]), instant
+        assert run.extra["horizon_open_s_max"] == max(row["open_s"] for row in horizon_holders(run.probes["horizon"]))
 
 
-def test_the_hot_probe_gives_each_intervals_updates(lab_runs):
-    run = lab_runs("01-gin-pending-list", RUNS)["pending-128MB"]
-    rows = [row for row in run.probes["hot"] if row["updates_per_s"] is not None]
-    assert len(rows) >= 3 and all(0 <= row["hot_updates_per_s"] <= row["updates_per_s"] for row in rows), rows
-    counted = sum(row["updates_per_s"] * (b["t"] - a["t"])
-                  for a, b, row in zip(run.probes["hot"], run.probes["hot"][1:], run.probes["hot"][1:])
-                  if row["updates_per_s"] is not None)
-    assert counted <= run.extra["updates"] + 1e-6  # the intervals add up to no more than the table's own count (floats)
-
-
-def test_the_control_has_no_list_and_no_long_transaction(lab_runs):
-    runs = lab_runs("01-gin-pending-list", RUNS)
-    control, flushed = runs["fastupdate-off"], runs["pending-64kB"]
-    assert control.extra["pending_pages_max"] == 0
-    assert control.extra["oldest_xact_s_max"] < 1 < flushed.extra["oldest_xact_s_max"]
-    # the same packed table: what the control loses is the packed pages alone, and the flushed run loses more
-    assert flushed.extra["hot_ratio"] < control.extra["hot_ratio"]
-
-
-def test_the_compared_runs_are_repeated_and_each_repeat_is_measured(lab_runs):
-    newest = lab_runs("01-gin-pending-list", RUNS)
-    groups = records.latest_groups(records.list_runs(notebook="01-gin-pending-list"))
-    for name in COMPARED:
-        group = groups[name]
-        assert len(group) == Profile.named(newest[name].profile).repeats >= 2, name
-        assert [run.repeat for run in group] == list(range(1, len(group) + 1)) and group.last.path == newest[name].path
-        for run in group:  # measure_then_rebuild noted each repeat's figures, not only the last one's
-            assert run.failures == 0 and not run.errors and FIGURES <= set(run.extra), (name, run.repeat)
-            assert run.extra["stall_seconds"] == run.stall_seconds and run.extra["overrun_s"] == run.overrun_s
-    verdict = compare(groups["fastupdate-off"], groups["pending-64kB"], metric="hot_ratio")
-    assert verdict.basis == "per repeat" and verdict.ratio is not None  # a share of counts: read per repeat
+def test_the_verdict_is_read_per_repeat_and_the_throughput_says_when_its_runs_are_too_short(lab_runs):
+    arms = experiment(lab_runs)
+    for arm in ARMS[1:]:
+        verdict = compare(arms["fastupdate-off"], arms[arm], metric="non_hot_share")
+        assert verdict.kind == "cost" and verdict.basis == "per repeat" and verdict.ratio is not None
+        tps = compare(arms["fastupdate-off"], arms[arm], metric="tps")
+        shortest = min(steady_seconds(run) for run in arms["fastupdate-off"] + arms[arm])
+        kept, changed = steady_pairs(pairs(arms["fastupdate-off"], arms[arm]))
+        if shortest < MIN_STEADY_S:
+            assert tps.basis == "too short" and "too short to tell" in tps.sentence, (shortest, tps.sentence)
+        elif len(kept) < 2:  # the machine's load changed within a pair: it says it cannot tell, and why
+            assert tps.basis == "unknown" and "load changed" in tps.sentence and not tps.stands, tps.sentence
+        else:
+            assert tps.basis == "pairs" and (f"{len(changed)} more left out" in tps.sentence) == bool(changed), tps.sentence
 
 
 @pytest.fixture(scope="module")
-def prune_lab(fresh_lab):
-    """One lab for the steps: each run of the spec drops and rebuilds its table (its counters start at zero)."""
-    return fresh_lab("test-01-prune-steps")
+def steps_lab(fresh_lab):
+    """One lab for the steps, with the notebook's test_src (its first 350 rows): each spec rebuilds its own table."""
+    lab = fresh_lab("test-01-steps")
+    namespace = {"np": np}
+    exec(python_cell(NOTEBOOK, "texts"), namespace)  # the notebook's random_texts, as its cell has it
+    lab.sql("drop table if exists test_text; create unlogged table test_text (id int, s text)")
+    lab.copy("test_text", namespace["random_texts"](350))
+    lab.sql("drop table if exists test_src; create table test_src as select id, to_tsvector(s) as info, "
+            "now()::timestamp as crt_time from test_text; drop table test_text")
+    return lab
 
 
 def page(rows: list[dict]) -> dict[str, tuple[str, str, str]]:
@@ -104,10 +106,9 @@ def page(rows: list[dict]) -> dict[str, tuple[str, str, str]]:
     return {row["lp"]: (row["line_pointer"], row["t_ctid"], row["hot"]) for row in rows}
 
 
-def test_the_prune_steps_keep_the_old_versions_while_t1_is_open_then_prune_and_stay_hot(prune_lab):
-    lab = prune_lab
-    spec = steps_spec("01-gin-pending-list", "prune-steps")
-    (run,) = lab.steps(spec).permutations
+def test_the_prune_steps_keep_the_old_versions_while_t1_is_open_then_prune_and_stay_hot(steps_lab):
+    lab = steps_lab
+    (run,) = lab.steps(steps_spec(NOTEBOOK, "prune-steps")).permutations
     assert all(event.waiting_s is None and event.error is None for event in run.events)  # pruning never waits
     updated = {event.step: event.rows for event in run.events if event.step.startswith("t2_update")}
     assert updated == {"t2_update1": [{"id": "1", "ctid": "(0,4)"}],  # HOT, in the room left
@@ -128,51 +129,41 @@ def test_the_prune_steps_keep_the_old_versions_while_t1_is_open_then_prune_and_s
     assert counts == [3, 2]
 
 
-def test_the_prune_steps_sizes_are_those_the_text_gives(prune_lab):
-    lab = prune_lab
-    spec = steps_spec("01-gin-pending-list", "prune-steps")
+def test_the_prune_steps_sizes_are_those_the_text_gives(steps_lab):
+    lab = steps_lab
+    spec = steps_spec(NOTEBOOK, "prune-steps")
     free = "select upper - lower - 4 from page_header(get_raw_page('prune_demo', 0))"  # PageGetHeapFreeSpace
     lab.steps(spec, permutation="t2_page")
     assert lab.value(free) == 2152 and lab.value("select count(*) from heap_page_items(get_raw_page('prune_demo', 0)) "
-                                                 "where lp_len = 2000") == 3
+                                                 "where lp_len = 2000") == 3  # room for one 2,000-byte version
     lab.steps(spec, permutation="t2_update1")
-    assert lab.value(free) == 148  # below a 2,000-byte row, and below 819 bytes (10% of the page)
+    assert lab.value(free) == 148  # then none
 
 
-def test_the_prune_steps_with_t1_ended_first_keep_the_second_update_hot(prune_lab):
-    """The text's prediction: with T1 gone, t2_update2's own scan prunes row 1's old version and stays on page 0."""
-    lab = prune_lab
-    (run,) = lab.steps(steps_spec("01-gin-pending-list", "prune-steps"),
-                       permutation="t1_open t2_update1 t1_commit t2_update2 t2_page").permutations
-    assert next(event.rows for event in run.events if event.step == "t2_update2") == [{"id": "2", "ctid": "(0,5)"}]
-    assert page(run.events[-1].rows)["1"][0] == "redirect to 4"
+def tables(text: str) -> list[list[dict]]:
+    """The result tables a step printed, as the isolation tester prints them (header, dashes, rows, count)."""
+    found = []
+    for block in re.findall(r"^(\S[^\n]*)\n-[-+]*\n((?:[^\n]*\n)*?)\(\d+ rows?\)", text, flags=re.M):
+        names = [name.strip() for name in block[0].split("|")]
+        found.append([dict(zip(names, (value.strip() for value in line.split("|"))))
+                      for line in block[1].splitlines() if line.strip()])
+    return found
 
 
-def test_exercise_6_a_snapshot_alone_leaves_the_horizon_as_this_backend_last_computed_it(prune_lab):
-    """README's answer to exercise 6: T2 recomputes the horizon only when its own snapshot's xmin has moved."""
-    lab = prune_lab
-    spec = steps_spec("01-gin-pending-list", "prune-steps").replace(
-        "begin; select pg_current_xact_id() as t1_xid;", "begin isolation level repeatable read; select 1;")
-    assert "repeatable read" in spec
-    (run,) = lab.steps(spec).permutations  # the permutation as given: T2 read page 0 while T1 was open
-    pages = [page(event.rows) for event in run.events if event.step == "t2_page"]
-    assert pages[1]["1"][0] == "normal"  # not pruned after t1_commit
-    assert next(event.rows for event in run.events if event.step == "t2_update3")[0]["ctid"] == "(1,2)"
-    (run,) = lab.steps(spec, permutation="t1_open t2_update1 t2_update2 t1_commit t2_read t2_page t2_update3 "
-                                         "t2_page").permutations
-    assert page(run.events[5].rows)["1"][0] == "redirect to 4"  # without that read: pruned
-
-
-def test_the_hot_shares_are_compared_at_equal_updates(lab_runs):
-    """What the lab's verdict cell reads: each run's HOT share over the first updates every run reached."""
-    from labkit.probes import counted, share_of_first
-
-    runs = lab_runs("01-gin-pending-list", RUNS)
-    groups = records.latest_groups(records.list_runs(notebook="01-gin-pending-list"))
-    every = [run for name in RUNS for run in groups[name]]
-    equal = min(counted(run.probes["hot"], "updates")[-1]["updates"] for run in every)
-    assert equal > 1000
-    shares = {run.name: share_of_first(run.probes["hot"], "hot_updates", "updates", equal) for run in every}
-    assert all(share is not None and 0 <= share <= 1 for share in shares.values()), shares
-    assert shares["fillfactor-50"] > shares["pending-64kB"]  # room on every page against a held-back horizon
-    assert runs["pending-4MB"].extra["pending_pages_max"] > 0
+def test_the_flush_steps_empty_the_list_inside_t1s_update_while_t2_waits_for_t1s_transaction_id(steps_lab):
+    (run,) = steps_lab.steps(steps_spec(NOTEBOOK, "flush-steps")).permutations
+    events = {event.step: event for event in run.events}
+    (before,), (moved,), (after,) = tables(events["t1_update"].text)
+    assert int(before["pending_pages"]) > 8 and int(before["pending_rows"]) == 150  # past the 64 kB limit
+    assert (int(after["pending_pages"]), int(after["pending_rows"])) == (0, 0)  # flushed, within T1's own step
+    assert before["row_1_at"].startswith("(0,") and not moved["row_1_now_at"].startswith("(0,")  # not HOT
+    waited = events["t2_update"]
+    assert waited.waiting_s is not None and waited.released_by == "t1_commit" and waited.error is None
+    assert waited.lock["locktype"] == "transactionid" and waited.lock["mode"] == "ShareLock"
+    assert waited.lock["held_by"] == ["T1"]
+    sessions = {row["session"]: row for row in events["t3_backends"].rows}
+    assert sessions["T1"]["state"] == "idle in transaction" and sessions["T1"]["backend_xmin"] is None
+    assert sessions["T2"]["wait"] == "Lock: transactionid"
+    assert int(sessions["T2"]["backend_xmin"]) <= int(sessions["T1"]["backend_xid"])  # T2's snapshot: taken while T1 ran
+    locks = {(row["session"], row["mode"], row["granted"]) for row in events["t3_locks"].rows}
+    assert {("T1", "ExclusiveLock", "t"), ("T2", "ShareLock", "f")} <= locks

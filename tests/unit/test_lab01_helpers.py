@@ -62,16 +62,35 @@ def test_the_article_logs_alone_take_the_whole_width():
     assert [a.text for a in alone.layout.annotations] == ["the article (its machine and version)"]
 
 
-def test_hot_shares_are_compared_at_the_same_number_of_updates():
-    from labkit import probes
-    # two runs: a short one still packed (10% HOT), a long one pruned later (HOT rising to 90%)
-    short = [{"t": 0.0, "updates_per_s": None, "hot_updates_per_s": None},
-             {"t": 1.0, "updates_per_s": 1000.0, "hot_updates_per_s": 100.0}]
-    long = short + [{"t": 2.0, "updates_per_s": 9000.0, "hot_updates_per_s": 8100.0}]
-    assert probes.share_of_first(short, "hot_updates", "updates", 1000) == 0.1
-    assert probes.share_of_first(long, "hot_updates", "updates", 1000) == 0.1  # equal at equal updates
-    assert probes.share_of_first(long, "hot_updates", "updates", 10_000) == 0.82  # its whole-run share
-    assert probes.share_of_first(short, "hot_updates", "updates", 10_000) is None  # never got that far
+def test_hot_shares_are_drawn_against_the_updates_done_so_far():
+    # a run still packed in its first second (10% HOT), pruned later (HOT rising to 90%)
+    long = [{"t": 0.0, "updates_per_s": None, "hot_updates_per_s": None},
+            {"t": 1.0, "updates_per_s": 1000.0, "hot_updates_per_s": 100.0},
+            {"t": 2.0, "updates_per_s": 9000.0, "hot_updates_per_s": 8100.0}]
     run = Run("r", "nb", "ci", "now", probes={"hot": long})
     figure = charts.probe_by_count([run], "hot", "hot_updates", "updates")
     assert list(figure.data[0].x) == [1000.0, 10000.0] and list(figure.data[0].y) == [0.1, 0.9]
+
+
+def test_a_probe_with_a_row_per_backend_is_drawn_as_points_with_what_each_did_in_the_hover():
+    rows = [{"t": 0.5, "open_s": 2.0, "doing": "CPU"}, {"t": 0.5, "open_s": 1.5, "doing": "Lock: transactionid"},
+            {"t": 1.0, "open_s": 2.5, "doing": "CPU"}]
+    run = Run("r", "nb", "ci", "now", per_second=[{"t": 1.0, "tps": 5.0, "lat_ms": 1.0}],
+              probes={"horizon": rows, "pending": [{"t": 0.5, "pages": 3}, {"t": 1.0, "pages": 9}]})
+    traces = {trace.name: trace for trace in charts.timeline(run).data}
+    horizon = traces["horizon: open_s"]
+    assert horizon.mode == "markers" and list(horizon.y) == [2.0, 1.5, 2.5]
+    assert list(horizon.hovertext) == ["doing: CPU", "doing: Lock: transactionid", "doing: CPU"]
+    assert traces["pending: pages"].mode == "lines+markers" and traces["pending: pages"].hovertext is None
+
+
+def test_the_article_logs_are_set_beside_the_steady_phase_of_a_run_only():
+    logs = article.figures("01-gin-pending-list")
+    # pgbench ran 3 s (-T 3), then waited 3 s for its last clients: the tail's zeros are no stall
+    run = Run("here", "nb", "ci", "now", duration_s=3.0,
+              per_second=[{"t": float(t), "tps": 0.0 if t > 3 else 100.0} for t in range(1, 7)],
+              phases={"connected_s": 0.05, "steady_from_s": 1.0, "steady_to_s": 3.0, "end_s": 6.0,
+                      "planned_end_s": 3.0, "clients_after": 1, "note": None})
+    figure = charts.logs_beside(logs[logs.pending_list_kb == 4096], [run], by=["release"])
+    here = next(trace for trace in figure.data if trace.name == run.label)
+    assert list(here.x) == [2.0, 3.0] and list(here.y) == [100.0, 100.0]
