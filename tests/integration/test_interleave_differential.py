@@ -91,6 +91,20 @@ def numbered_xids(text: str, xids: range) -> str:
     return re.sub(r"\b\d+\b", rename, text)
 
 
+def numbered_lsns(text: str) -> str:
+    """WAL positions (``0/4687A7B0``) written l1, l2, ... in the order they first appear.
+
+    A spec that prints a page's LSN (lab 05's) sees the WAL's position of the moment: whether two
+    LSNs are equal or not is what the step shows, and what the comparison keeps.
+
+    >>> numbered_lsns("lsn 0/4687A7B0, then 0/4687B538, again 0/4687A7B0, id 3")
+    'lsn l1, then l2, again l1, id 3'
+    """
+    seen: dict[str, str] = {}
+    return re.sub(r"\b[0-9A-F]{1,8}/[0-9A-F]{1,8}\b", lambda match: seen.setdefault(match.group(), f"l{len(seen) + 1}"),
+                  text)
+
+
 @pytest.fixture(scope="module")
 def notebook_labs():
     """One fresh lab per notebook (its database as the notebook's own, with labkit's extensions)."""
@@ -116,4 +130,6 @@ def test_a_labs_steps_cell_prints_what_the_isolationtester_prints(notebook_labs,
     if "xact_id" in text or "t_xmin" in text:  # it prints transaction ids, new at each run
         xids = range(int(first), int(lab.value("select pg_current_xact_id()::text::bigint")) + 1)
         engine, tester = numbered_xids(engine, xids), numbered_xids(tester, xids)
+    if "lsn" in text.lower():  # it prints WAL positions, new at each run
+        engine, tester = numbered_lsns(engine), numbered_lsns(tester)
     assert engine.splitlines() == tester.splitlines()

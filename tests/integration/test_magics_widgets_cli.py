@@ -112,10 +112,13 @@ def test_the_magic_and_lab_pgbench_share_the_profiles_defaults(shell, lab):
 
 def test_pgbench_magic_records_goodput(shell, hot_row):
     shell.user_ns["evens"] = "select n / 2 from hot where id = 1"
-    run = shell.run_cell_magic("pgbench", "-c 2 -T 2 --name halves --work evens",
+    run = shell.run_cell_magic("pgbench", "-c 2 -T 4 --name halves --work evens",
                                "update hot set n = n + 1 where id = 1;")
-    assert run.extra["useful"] == pytest.approx(0.5, abs=0.01)
-    assert run.extra["goodput"] == pytest.approx(run.tps / 2, rel=0.02)
+    assert run.extra["useful"] == pytest.approx(0.5, abs=0.01)  # exact counts over the whole run
+    # over the steady phase: the work counter is sampled once a second and read between samples at the
+    # phase's ends, tps from pgbench's progress lines; a busy machine's uneven seconds part them a little
+    assert run.extra["goodput_basis"] == "steady phase"
+    assert run.extra["goodput"] == pytest.approx(run.tps / 2, rel=0.05)
     assert [row["t"] for row in run.probes["work"]] == sorted(row["t"] for row in run.probes["work"])
     with pytest.raises(IPythonUsageError, match="--work nothing: define it first"):
         shell.run_cell_magic("pgbench", "-c 1 -T 1 --work nothing", "select 1;")

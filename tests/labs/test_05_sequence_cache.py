@@ -70,7 +70,7 @@ def test_each_verdict_says_too_short_exactly_when_a_run_is(lab_runs):
             found = compare(groups[names[0]], groups[name])
             shortest = min(steady_seconds(run) for run in [*groups[names[0]], *groups[name]])
             assert (found.outcome == "too short") == (shortest < MIN_STEADY_S), found.sentence
-            assert found.basis in ("pairs", "too short", "unknown"), found.sentence  # never "not interleaved"
+            assert found.basis in ("pairs", "too short", "load changed", "unknown"), found.sentence  # never "not interleaved"
 
 
 def test_a_transaction_takes_an_id_exactly_when_its_call_writes_wal(lab_runs):
@@ -103,7 +103,8 @@ def test_each_profile_says_where_the_time_went_or_why_not(lab_runs):
         total = figures["samples"]
         assert total > 0 and (total < perf.FEW_SAMPLES) == ("too few" in perf.support(run))
         selfs = [row["self"] for row in figures["symbols"]]
-        assert selfs == sorted(selfs, reverse=True) and 0 < sum(selfs) <= 100.01
+        # each share is perf's, to two decimals: their sum may pass 100 by half a hundredth a symbol
+        assert selfs == sorted(selfs, reverse=True) and 0 < sum(selfs) <= 100 + 0.005 * len(selfs)
         for row in figures["symbols"]:  # each share is its own samples over all of them
             assert abs(row["self"] - 100 * row["samples"] / total) < 0.01 + 100 / total, row
         if figures["call_graph"] == "dwarf":

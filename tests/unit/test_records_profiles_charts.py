@@ -98,13 +98,23 @@ def _clients_the_labs_pick() -> dict[str, int]:
             for line in cell.source.splitlines():
                 target = line.split("=")[0]
                 if "P.pick(" in line and any(word in target for word in ("clients", "workers")):
-                    call = ast.parse(line[line.index("P.pick("):].rstrip(",").strip(), mode="eval").body
+                    call = ast.parse(_call_at(line, line.index("P.pick(")), mode="eval").body
                     note({keyword.arg: ast.literal_eval(keyword.value) for keyword in call.keywords})
                 elif literal := re.fullmatch(r"\s*\w*clients\w*\s*=\s*([\d_]+)\s*", line):
                     note({"ci": int(literal[1]), "laptop": int(literal[1])})
                 for low_high in re.findall(r"clients=\((\d+),\s*(\d+)\)", line):  # a panel's range
                     note({"ci": int(low_high[1]), "laptop": int(low_high[1])})
     return most
+
+
+def _call_at(line: str, start: int) -> str:
+    """The call that begins at ``start`` in ``line``, up to its own closing parenthesis (what follows is not it)."""
+    depth = 0
+    for end in range(line.index("(", start), len(line)):
+        depth += {"(": 1, ")": -1}.get(line[end], 0)
+        if depth == 0:
+            return line[start:end + 1]
+    raise AssertionError(f"a P.pick( call that does not close on its line: {line}")
 
 
 def test_no_lab_restarts_the_server_for_connections():
