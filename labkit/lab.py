@@ -563,6 +563,7 @@ class Lab:
             raise UsageError("No saved runs yet in this notebook: run a %%pgbench cell first.")
         return compare(runs, metric=metric)
 
+    @_server_must_answer
     def steps(self, spec, *, permutation: str | None = None, step_timeout_s: float | None = None):
         """Run an interleaving (an isolation spec's text or a :class:`labkit.interleave.Spec`) step by step.
 

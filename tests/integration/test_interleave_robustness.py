@@ -139,3 +139,19 @@ def test_a_server_that_is_gone_is_one_line_from_a_steps_cell(lab, magics, monkey
     monkeypatch.setattr(lab.server, "running", lambda: False)
     with pytest.raises(IPythonUsageError, match=r"^The lab server is not running .*: run labkit.start\("):
         magics.steps("--no-lanes", "session s1\nstep s1a { select 1; }")
+
+
+def test_a_server_that_is_gone_is_one_line_from_lab_steps_too(lab, monkeypatch):
+    """A code cell's ``lab.steps(...)`` keeps the magic's contract: ServerGone, one line, not psycopg's error."""
+    import psycopg
+
+    from labkit import db
+    from labkit.errors import ServerGone
+
+    def refuse(*args, **kwargs):
+        raise psycopg.OperationalError("connection is bad: no such server")
+
+    monkeypatch.setattr(db, "connect", refuse)
+    monkeypatch.setattr(lab.server, "running", lambda: False)
+    with pytest.raises(ServerGone, match=r"^The lab server is not running .*: run labkit.start\("):
+        lab.steps("session s1\nstep s1a { select 1; }")
