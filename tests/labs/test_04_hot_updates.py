@@ -60,8 +60,6 @@ def test_page_0_fills_with_the_versions_pointers_and_when_full_has_bytes_to_spar
     run = lab_runs("04-hot-updates", RUNS)["expression-index"]
     e = run.extra
     assert {"page0_line_pointers", "page0_free_bytes", "version_bytes", "vacuums_running", "vacuums_done"} <= set(e)
-    # The two readings of one page agree: its pointer array (4 bytes each, after a 24-byte header) and its free bytes.
-    assert 0 <= e["page0_free_bytes"] <= 8192 - 24 - 4 * e["page0_line_pointers"], e
     if e["vacuums_done"] == 0 and e["vacuums_running"] == 0:
         # Non-HOT updates leave a pointer behind each (dead until VACUUM): page 0 kept taking versions until its
         # bytes ran out at least once, a version and its pointer each (aligned to 8), before one went elsewhere;
