@@ -32,8 +32,9 @@ def test_arms_run_interleaved_with_their_setup_and_the_events_of_each_run(lab, h
     assert all(set(run.extra["events"]) == {"autovacuum", "autoanalyze", "checkpoints", "checkpoint_buffers"}
                for run in saved)
     found = result.verdict()
-    assert found.basis == "pairs" and found.a == "exp-write" and found.b == "exp-read"
-    assert lab.verdict("exp-write", "exp-read").basis == "pairs"  # the saved runs keep their pairing
+    # compared pair by pair (or said to be too few pairs once those with a change of the machine's load are out)
+    assert found.basis in ("pairs", "load changed") and found.a == "exp-write" and found.b == "exp-read"
+    assert lab.verdict("exp-write", "exp-read").basis == found.basis  # the saved runs keep their pairing
     assert list(result.table().index) == ["exp-write", "exp-read"]
 
 
