@@ -177,6 +177,7 @@ class HeldInterrupts:
         if self._previous is not None or threading.current_thread() is not threading.main_thread():
             return
         self._previous = signal.getsignal(signal.SIGINT) or signal.default_int_handler  # None: set outside Python
+        # SIGINT is Ctrl+C's signal in Python on every OS (Windows raises it for a console's Ctrl+C too)
         signal.signal(signal.SIGINT, self._note)
 
     def _note(self, _signum, _frame) -> None:
