@@ -120,16 +120,29 @@ def notebook_labs():
         lab.close()
 
 
+# Cells whose interleaving PostgreSQL itself does not fix, as their lab says: either tester may print
+# one of several texts. For these the engine must print a text the tester printed in one of a few rounds.
+RACY = {("00-start-here", "steps-three-sessions"): "after T1's commit, T2 and T3 race to T1's new row version"}
+ROUNDS = 6
+
+
 @pytest.mark.parametrize(("notebook", "tag"), lab_specs())
 def test_a_labs_steps_cell_prints_what_the_isolationtester_prints(notebook_labs, notebook, tag):
     lab = notebook_labs(notebook)
     text = named_as_the_tester_names(steps_spec(notebook, tag), notebook)
     cells = [CellStep(step.session, named_as_the_tester_names(step.sql, notebook)) for step in schema(notebook)]
-    first = lab.value("select pg_current_xact_id()::text::bigint")
-    engine, tester = compare(lab, notebook, text, prepare=lambda: replay(lab, cells))  # the schema made anew
-    if "xact_id" in text or "t_xmin" in text:  # it prints transaction ids, new at each run
-        xids = range(int(first), int(lab.value("select pg_current_xact_id()::text::bigint")) + 1)
-        engine, tester = numbered_xids(engine, xids), numbered_xids(tester, xids)
-    if "lsn" in text.lower():  # it prints WAL positions, new at each run
-        engine, tester = numbered_lsns(engine), numbered_lsns(tester)
-    assert engine.splitlines() == tester.splitlines()
+    engines: list[list[str]] = []
+    testers: list[list[str]] = []
+    for _ in range(ROUNDS if (notebook, tag) in RACY else 1):
+        first = lab.value("select pg_current_xact_id()::text::bigint")
+        engine, tester = compare(lab, notebook, text, prepare=lambda: replay(lab, cells))  # the schema made anew
+        if "xact_id" in text or "t_xmin" in text:  # it prints transaction ids, new at each run
+            xids = range(int(first), int(lab.value("select pg_current_xact_id()::text::bigint")) + 1)
+            engine, tester = numbered_xids(engine, xids), numbered_xids(tester, xids)
+        if "lsn" in text.lower():  # it prints WAL positions, new at each run
+            engine, tester = numbered_lsns(engine), numbered_lsns(tester)
+        engines.append(engine.splitlines())
+        testers.append(tester.splitlines())
+        if any(seen in testers for seen in engines):
+            return
+    assert engines[-1] == testers[-1]  # no text of the engine's was one of the tester's: the last pair's difference
