@@ -163,4 +163,15 @@ def pytest_unconfigure(config):
                 server.stop(mode="immediate")
             except Exception:  # noqa: BLE001 - a cleanup failure must not hide the test results
                 pass
+        _remove(path)
+
+
+def _remove(path: Path, tries: int = 20) -> None:
+    """Remove ``path`` whole, though a watchdog that is still ending may take the server's lock file once more."""
+    import time
+
+    for _ in range(tries):
         shutil.rmtree(path, ignore_errors=True)
+        if not path.exists():
+            return
+        time.sleep(0.25)
