@@ -1,8 +1,8 @@
 """Client vs server CPU during a run, from the operating system (psutil, on every OS).
 
 Each second: the cores pgbench used, those the run's backends used, those the rest of the
-server used (its other processes: probes, WAL writer, autovacuum ...), and the machine's idle
-cores. On a laptop, or Binder's one CPU, pgbench and the server share the cores: when pgbench
+server used (its other processes: probes, WAL writer, autovacuum ...), those labkit's own process
+used (the kernel that samples and draws: the instrument), and the machine's idle cores. On a laptop, or Binder's one CPU, pgbench and the server share the cores: when pgbench
 keeps a core busy per thread, or nothing is left idle, a tps ceiling is partly the client's.
 The server's processes are counted only when labkit started the server on this machine.
 """
@@ -87,12 +87,14 @@ class CpuSchedule(_Schedule):
         self._owed = 0.0  # CPU already counted of processes that are gone: reaped time will include it again
         self._last: tuple[float, float, float] | None = None  # monotonic, idle-or-used clock, reaped children
         self._pgbench: psutil.Process | None = None
+        self._labkit = psutil.Process()  # this process: its sampling threads and live charts are the instrument's
         self._postmaster: psutil.Process | None = None
         self._limited = self.cpus < (psutil.cpu_count() or 1) and _container_used() is not None
 
     def open(self) -> None:
         self._pgbench = psutil.Process(self.pgbench.pid)
         self._delta(self._pgbench)
+        self._delta(self._labkit)
         if self.postmaster_pid is not None:
             self.connection = db.connect(self.conninfo, db.PROBE)
             self._postmaster = psutil.Process(self.postmaster_pid)
@@ -128,12 +130,14 @@ class CpuSchedule(_Schedule):
         if wall < 0.2 * self.every_s:  # the first tick, right after open(): nothing measured yet
             return []
         used = self._delta(self._pgbench)
+        instrument = self._delta(self._labkit)
         if self._limited:  # what the container's limit had left
             idle = max(0.0, self.cpus - (clock - self._last[1]) / wall)
         else:
             idle = max(0.0, clock - self._last[1]) / wall
         row: dict = {"t": t, "pgbench": None if used is None else round(used / wall, 3),
-                     "backends": None, "server_other": None, "idle": round(idle, 3)}
+                     "backends": None, "server_other": None, "idle": round(idle, 3),
+                     "labkit": None if instrument is None else round(instrument / wall, 3)}
         # Processes gone since the last sample are forgotten first, so that what was counted of them while
         # they ran is owed before the postmaster's reaped time (their whole life) is credited.
         processes = self._server_processes() if self.connection is not None else []
@@ -160,14 +164,14 @@ class CpuSchedule(_Schedule):
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             return []
         alive = set(found)
-        for process in [p for p in self._before if p not in alive and p != self._pgbench]:
+        for process in [p for p in self._before if p not in alive and p not in (self._pgbench, self._labkit)]:
             self._forget(process)
         return found
 
     def _forget(self, process: psutil.Process) -> None:
         """A process that is gone: what was counted of it will come back in the postmaster's reaped time."""
         counted = self._before.pop(process, None)
-        if counted is not None and process != self._pgbench:
+        if counted is not None and process not in (self._pgbench, self._labkit):
             self._owed += counted
 
     def _reaped_since(self, increase: float) -> float:
@@ -205,7 +209,7 @@ def figures(rows: list[dict], threads: int, cpus: float, every_s: float = EVERY_
         return round(sum(values) / len(values), 3) if values else None
 
     result: dict = {"pgbench": mean("pgbench"), "backends": mean("backends"), "server_other": mean("server_other"),
-                    "idle": mean("idle"), "cpus": cpus, "threads": threads, "samples": len(measured),
+                    "idle": mean("idle"), "labkit": mean("labkit"), "cpus": cpus, "threads": threads, "samples": len(measured),
                     "every_s": every_s}
     result["pgbench_per_thread"] = round((result["pgbench"] or 0.0) / max(1, threads), 3)
     result["warning"] = warning(result)
@@ -232,11 +236,19 @@ def enough(cpu: dict) -> bool:
 
 
 def others(cpu: dict) -> float | None:
-    """Cores other processes of the machine used during the run (None where the server's CPU is unknown)."""
+    """Cores other processes of the machine used during the run (None where the server's CPU is unknown).
+
+    Neither the experiment's (pgbench, the server) nor the instrument's (labkit's own process,
+    where the record has it).
+
+    >>> others({"pgbench": 0.1, "backends": 0.5, "server_other": 0.1, "idle": 0.2, "labkit": 0.1, "cpus": 2})
+    1.0
+    """
     if cpu.get("backends") is None or cpu.get("idle") is None or not cpu.get("cpus"):
         return None
-    server = (cpu.get("backends") or 0.0) + (cpu.get("server_other") or 0.0)
-    return max(0.0, cpu["cpus"] - cpu["idle"] - (cpu.get("pgbench") or 0.0) - server)
+    ours = ((cpu.get("backends") or 0.0) + (cpu.get("server_other") or 0.0) + (cpu.get("pgbench") or 0.0)
+            + (cpu.get("labkit") or 0.0))
+    return round(max(0.0, cpu["cpus"] - cpu["idle"] - ours), 3)
 
 
 def findings(cpu: dict) -> dict[str, dict]:

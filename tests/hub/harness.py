@@ -413,7 +413,9 @@ print(json.dumps({"data_directory": row[0], "socket_dir": str(server.socket_dir)
                   "data_owner": pwd.getpwuid(os.stat(row[0]).st_uid).pw_name,
                   "postmaster_pid": server.postmaster_pid(), "results": str(config.results_dir()),
                   "log_tail": [line for line in server.log_file.read_text(errors="replace").splitlines()
-                               if any(word in line for word in ("received", "starting", "shut down", "ready to"))][-12:]}))
+                               if any(word in line for word in ("received", "starting", "shut down", "ready to"))][-12:],
+                  "watchdog_log": (server.watchdog_log.read_text(errors="replace").splitlines()[-12:]
+                                   if server.watchdog_log.exists() else [])}))
 """
 
 # Run in one student's kernel: try another student's socket folder and home (``other`` is that student's IDENTITY).

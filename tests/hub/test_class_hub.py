@@ -142,7 +142,7 @@ def test_a_class_of_students_each_with_their_own_postgres(hub):
         assert found["backend_parent"] == server.pid  # the kernel's own connection is served by that server
         if (server.pid, server.create_time()) != (servers[name].pid, servers[name].create_time()):
             replaced[name] = (f"{name}'s PostgreSQL was restarted while the fourth student left; its log: "
-                              f"{found['log_tail']}")
+                              f"{found['log_tail']}; its watchdog's: {found['watchdog_log']}")
     for key in ("data_directory", "socket_dir", "postmaster_pid", "home"):
         assert len({found[key] for found in seen.values()}) == len(STUDENTS), f"two students share a {key}"
 

@@ -122,7 +122,8 @@ def notebook_labs():
 
 # Cells whose interleaving PostgreSQL itself does not fix, as their lab says: either tester may print
 # one of several texts. For these the engine must print a text the tester printed in one of a few rounds.
-RACY = {("00-start-here", "steps-three-sessions"): "after T1's commit, T2 and T3 race to T1's new row version"}
+RACY = {("00-start-here", "steps-three-sessions"): "after T1's commit, T3 reaches T1's new row version before T2 "
+                                                         "updates it (first in line) or after (by the chain)"}
 ROUNDS = 6
 
 

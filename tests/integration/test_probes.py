@@ -4,6 +4,7 @@ import statistics
 import threading
 import time
 
+import psutil
 import pytest
 
 import labkit
@@ -121,6 +122,33 @@ def test_the_cpu_split_is_recorded_and_drawn(lab):
     warned = [a.text for a in figure.layout.annotations if a.name == "cpu warning"]
     assert bool(warned) == (split["warning"] is not None)
 
+
+
+def test_the_cpu_of_labkits_own_process_is_the_instruments_not_other_processes(lab):
+    # a thread of this process (the kernel's, in a notebook) spins through the run: its CPU is labkit's own
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            sum(range(1000))
+
+    spinner = threading.Thread(target=spin, daemon=True)
+    me = psutil.Process()
+    before = sum(me.cpu_times()[:2])
+    spinner.start()
+    try:
+        run = lab.pgbench("select pg_sleep(0.01);", name="cpu-instrument", clients=1, duration=3, probes=[])
+    finally:
+        stop.set()
+        spinner.join()
+    counted_s = sum(me.cpu_times()[:2]) - before  # the OS's count: the run's, and its start and end around it
+    rows = run.probes["cpu"]
+    sampled_s = sum(row["labkit"] * 0.25 for row in rows if row["labkit"] is not None)
+    # the samples cover the run only (not its start and end): a quarter of the count at least, all of it at most
+    assert 0.25 * counted_s - 0.05 <= sampled_s <= 1.15 * counted_s + 0.05, (sampled_s, counted_s, rows)
+    split = run.extra["cpu"]
+    ours = split["pgbench"] + split["backends"] + split["server_other"] + split["labkit"]
+    assert labkit.cpu.others(split) == pytest.approx(max(0.0, split["cpus"] - split["idle"] - ours), abs=0.002), split
 
 
 def test_a_run_whose_clients_aborted_says_so(lab):
