@@ -144,8 +144,9 @@ def test_the_cpu_of_labkits_own_process_is_the_instruments_not_other_processes(l
     counted_s = sum(me.cpu_times()[:2]) - before  # the OS's count: the run's, and its start and end around it
     rows = run.probes["cpu"]
     sampled_s = sum(row["labkit"] * 0.25 for row in rows if row["labkit"] is not None)
-    # the samples cover the run only (not its start and end): a quarter of the count at least, all of it at most
-    assert 0.25 * counted_s - 0.05 <= sampled_s <= 1.15 * counted_s + 0.05, (sampled_s, counted_s, rows)
+    # the samples cover the run only, not its start and end (which may cost this process more than the run):
+    # some of the spinner's CPU at least, never more than the OS counted
+    assert 0.1 <= sampled_s <= 1.15 * counted_s + 0.05, (sampled_s, counted_s, rows)
     split = run.extra["cpu"]
     ours = split["pgbench"] + split["backends"] + split["server_other"] + split["labkit"]
     assert labkit.cpu.others(split) == pytest.approx(max(0.0, split["cpus"] - split["idle"] - ours), abs=0.002), split
