@@ -167,26 +167,32 @@ class Result:
             said += " (Interrupted: the runs before the interrupt.)"
         return said
 
-    def table(self):
-        """Arm, runs, the metric's mean and range, the ratio to the first arm with its interval, verdict, limits."""
+    def table(self, metric: str | None = None, *, kind: str | None = None):
+        """Arm, runs, the metric's mean and range, the ratio to the first arm with its interval, verdict, limits.
+
+        ``metric``: another figure of the same runs (e.g. ``result.table("wal_bytes_per_update")``),
+        judged by its own kind (a size or a per-unit cost: per repeat, with each repeat's events).
+        """
         import pandas as pd
 
+        metric = metric or self.metric
+        kind = kind or (self.kind if metric == self.metric else kind_of(metric))
         rows = []
         for arm in self.arms:
             group = self.groups[arm]
-            values = [v for v in (value_of(run, self.metric) for run in group if not run.interrupted) if v is not None]
+            values = [v for v in (value_of(run, metric) for run in group if not run.interrupted) if v is not None]
             row = {"arm": arm, "runs": len(group),
-                   self.metric: _shown(statistics_mean(values)) if values else None,
+                   metric: _shown(statistics_mean(values)) if values else None,
                    "range": f"{_shown(min(values))}–{_shown(max(values))}" if len(values) > 1 else ""}
             if arm == self.baseline:
                 row.update(ratio="1 (baseline)", verdict="")
             else:
-                found = self.verdict(arm)
+                found = self.verdict(arm, metric=metric, kind=kind)
                 interval = (f" ({found.low:.2f}–{found.high:.2f})" if found.low is not None and found.high is not None
                             else "")
                 row.update(ratio=f"{found.ratio:.2f}×{interval}" if found.ratio is not None else "—",
                            verdict=found.outcome)
-            if self.kind == "rate":
+            if kind == "rate":
                 row["held back by"] = "; ".join(short_limits(list(group))) or "—"
             else:
                 row["events"] = "; ".join(f"{number}: {said}" for number, run in enumerate(group, start=1)

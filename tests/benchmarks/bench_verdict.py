@@ -38,8 +38,8 @@ KEY = [
     ("02-flash-sale", "plain", "advisory", "goodput", None),
     ("03-queue", "for-update", "skip-locked", "goodput", None),
     ("03-queue", "for-update", "advisory", "goodput", None),
-    ("04-hot-updates", "expression-index", "no-expression-index", "tps", None),
     ("04-hot-updates", "expression-index", "generated-column", "tps", None),
+    ("04-hot-updates", "expression-index", "generated-column", "wal_bytes_per_update", None),
     ("05-sequence-cache", "bulk-cache1-c{clients}", "bulk-cache100-c{clients}", "tps", "most"),
     ("06-hash-index", "btree", "hash", "tps", None),
 ]

@@ -114,3 +114,17 @@ def test_a_cost_experiment_lists_each_arms_events():
     assert result.kind == "cost" and result.verdict().stands
     assert result.table().loc["a", "events"] == "2: an autovacuum visit"
     assert "a 2: an autovacuum visit" in result.sentence()
+
+
+def test_a_rate_experiments_other_figure_is_tabled_as_a_cost_with_each_repeats_events():
+    lab = FakeLab(lambda arm, number: 1000.0 if arm == "a" else 1500.0)
+    result = experiment.run(lab, ARMS, repeats=2)
+    for number, run in enumerate(result.groups["a"], start=1):
+        run.extra.update(wal_bytes_per_update=230.0 + number, events={"autovacuum": number - 1})
+    for run in result.groups["b"]:
+        run.extra.update(wal_bytes_per_update=90.0)
+    assert result.kind == "rate" and "held back by" in result.table().columns
+    table = result.table("wal_bytes_per_update")
+    assert list(table.columns) == ["runs", "wal_bytes_per_update", "range", "ratio", "verdict", "events"]
+    assert table.loc["b", "verdict"] == "apart" and table.loc["b", "ratio"].startswith("0.39×")
+    assert table.loc["a", "events"] == "2: an autovacuum visit" and table.loc["a", "range"] == "231–232"
