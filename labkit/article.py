@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from . import config
 from .errors import UsageError
-from .records import Run
 
 
 def figures(lab: str):
@@ -27,37 +26,26 @@ def figures(lab: str):
     return frame
 
 
-def side_by_side(article, runs: list[Run], *, baseline: str, key: str = "run"):
-    """The article's tps and this run's tps and goodput per method, each also as a multiple of ``baseline``.
+def beside(article, result, *, key: str = "run"):
+    """The article's tps per method as a multiple of its baseline, beside an experiment's verdicts on the same arms.
 
-    ``article`` is :func:`figures` (one row per run name in column ``key``, with ``tps``).
+    ``article`` is :func:`figures` (one row per run name in column ``key``, with ``tps``);
+    ``result`` a :class:`labkit.experiment.Result` whose first arm is the baseline. Each row: the
+    article's multiple (None where it had no such method), this experiment's ratio on its metric
+    with the interval and the verdict (the ratio is of interleaved pairs, not of two single runs).
     """
     import pandas as pd
 
-    mine = {run.name: run for run in runs}
-    if baseline not in mine:
-        raise UsageError(f"Run {baseline!r} first: it is the baseline of the comparison.")
-    published = article.set_index(key)
-    base_article = published["tps"].get(baseline)
-    base = mine[baseline]
-    base_goodput = base.extra.get("goodput")
-    with_goodput = any("goodput" in run.extra for run in mine.values())
+    published = article.set_index(key)["tps"]
+    base = published.get(result.baseline)
     rows = []
-    for name, run in mine.items():
-        goodput = run.extra.get("goodput")
-        article_tps = published["tps"].get(name)
-        rows.append({
-            "run": name,
-            "article clients": published["clients"].get(name) if "clients" in published else None,
-            "article tps": article_tps,
-            "article ×": _ratio(article_tps, base_article),
-            "clients": run.clients,
-            "tps": round(run.tps, 1) if run.tps is not None else None,
-            "tps ×": _ratio(run.tps, base.tps),
-        })
-        if with_goodput:
-            rows[-1].update({"goodput": goodput, "goodput ×": _ratio(goodput, base_goodput)})
-    return pd.DataFrame(rows)
+    for arm in result.arms[1:]:
+        found = result.verdict(arm)
+        rows.append({"method": arm, "article: tps ×": _ratio(published.get(arm), base),
+                     f"here: {result.metric} ×": None if found.ratio is None else round(found.ratio, 2),
+                     "interval": f"{found.low:.2f}–{found.high:.2f}" if found.low is not None and found.high is not None
+                     else "", "verdict": found.outcome})
+    return pd.DataFrame(rows).set_index("method")
 
 
 def _ratio(value, base):

@@ -161,13 +161,22 @@ def test_article_figures_and_ratios():
     published = article.figures("02-flash-sale")
     assert "digoal" in published.attrs["source"] and "2023-08-22" in published.attrs["source"]
     assert list(published["run"]) == ["plain", "skip-locked", "advisory"]
-    plain, advisory = make_run("plain", tps=1000.0), make_run("advisory", tps=5000.0)
-    plain.extra, advisory.extra = {"goodput": 1000.0}, {"goodput": 2000.0}
-    table = article.side_by_side(published, [plain, advisory], baseline="plain").set_index("run")
-    assert table.loc["advisory", "article ×"] == 507.79
-    assert table.loc["advisory", "tps ×"] == 5.0 and table.loc["advisory", "goodput ×"] == 2.0
-    with pytest.raises(UsageError, match="Run 'plain' first"):
-        article.side_by_side(published, [advisory], baseline="plain")
+    from labkit.experiment import Result
+
+    def arm(name, *goodput):
+        runs = records.Repeats(make_run(name, tps=value) for value in goodput)
+        for run, value in zip(runs, goodput):
+            run.extra = {"goodput": value}
+        return runs
+
+    groups = {"plain": arm("plain", 1000.0, 1100.0), "skip-locked": arm("skip-locked", 3000.0, 3300.0),
+              "spread": arm("spread", 500.0, 520.0)}
+    result = Result(list(groups), "goodput", "rate", groups, [], "as planned", 1.0)
+    table = article.beside(published, result)
+    assert list(table.index) == ["skip-locked", "spread"]
+    assert table.loc["skip-locked", "article: tps ×"] == 103.86  # 23,915 / 230 tps in the article
+    assert table.loc["skip-locked", "here: goodput ×"] == 3.0 and table.loc["skip-locked", "verdict"] == "stands"
+    assert table["article: tps ×"].isna().tolist() == [False, True]  # "spread": a method the article did not run
     with pytest.raises(UsageError, match="No article figures for 'nope'"):
         article.figures("nope")
 
