@@ -78,6 +78,12 @@ def _server_must_answer(method):
     return wrapper
 
 
+# Where the server listens and who may connect: labkit's own to decide (it connects there itself, and opens
+# nothing to the network); lab.set refuses them.
+WHERE_IT_LISTENS = frozenset({"port", "listen_addresses", "unix_socket_directories", "unix_socket_group",
+                              "unix_socket_permissions", "hba_file", "ident_file", "config_file", "data_directory",
+                              "ssl"})
+
 class Lab:
     """A notebook's lab: the server, the notebook's own database, sessions and runs."""
 
@@ -205,6 +211,11 @@ class Lab:
         """
         import pandas as pd
 
+        where = sorted(name for name in settings if name.lower() in WHERE_IT_LISTENS)
+        if where:
+            raise UsageError(f"lab.set cannot change {', '.join(where)}: labkit decides where its server listens and "
+                             "who may connect (a Unix socket of its own, or 127.0.0.1 with a password; nothing on the "
+                             "network), and connects there itself. Other settings can be changed.")
         current = self.settings(*settings).set_index("name")
         before = current["setting"].to_dict()
         unknown = [name for name in settings if name not in before]

@@ -107,6 +107,15 @@ def test_unknown_setting_is_refused(lab):
         lab.set(max_conections=10)
 
 
+@pytest.mark.parametrize("setting", [{"port": 6543}, {"listen_addresses": "*"}, {"unix_socket_permissions": "0777"}])
+def test_where_the_server_listens_is_refused_and_nothing_is_changed(lab, setting):
+    before = lab.settings(*setting)["setting"].tolist()
+    with pytest.raises(labkit.UsageError, match="labkit decides where its server listens"):
+        lab.set(**setting)
+    assert lab.settings(*setting)["setting"].tolist() == before
+    assert not lab.settings(*setting)["pending_restart"].any()
+
+
 @pytest.mark.posix
 def test_a_home_labkit_did_not_make_keeps_its_mode_and_an_open_one_is_said():
     """A class's shared folder given as LABKIT_HOME (sticky, as /tmp is): others may still create files in it."""
