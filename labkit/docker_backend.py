@@ -71,6 +71,22 @@ def docker_dir() -> Path:
     return config.shipped("docker")
 
 
+def _unix_socket_silent(host: str, timeout: float) -> str | None:
+    """Why nothing answers at a ``unix://`` engine address (None: something listens, or it is no such address)."""
+    if not host.startswith("unix://"):
+        return None
+    path = host[len("unix://"):]
+    if not os.path.exists(path):
+        return f"no Docker engine answers: there is no socket at {path}"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:  # AF_UNIX: only for a unix:// address
+        probe.settimeout(timeout)
+        try:
+            probe.connect(path)
+        except OSError as error:
+            return f"no Docker engine answers at {host}: {error.strerror or type(error).__name__}"
+    return None
+
+
 def engine_problem(timeout: float = 3.0) -> str | None:
     """None when a Docker engine answers, else why not (in a few words)."""
     try:
@@ -84,8 +100,9 @@ def engine_problem(timeout: float = 3.0) -> str | None:
     from testcontainers.core.docker_client import get_docker_host
 
     host = get_docker_host() or ("npipe:////./pipe/docker_engine" if os.name == "nt" else "unix:///var/run/docker.sock")
-    if host.startswith("unix://") and not os.path.exists(host[len("unix://"):]):  # say so at once, leak no socket
-        return f"no Docker engine answers: there is no socket at {host[len('unix://'):]}"
+    silent = _unix_socket_silent(host, timeout)
+    if silent:  # said at once; the docker package would leak the socket of a connection refused
+        return silent
     client = None
     try:
         client = DockerClient(timeout=timeout).client
@@ -109,7 +126,12 @@ def base_problem(base: str | None = None, timeout: float = 10.0) -> str | None:
     own network, which fails at once on a machine that cannot reach one.
     """
     base = base or config.docker_base()
-    from testcontainers.core.docker_client import DockerClient
+    from testcontainers.core.docker_client import DockerClient, get_docker_host
+
+    silent = _unix_socket_silent(get_docker_host() or ("" if os.name == "nt" else "unix:///var/run/docker.sock"),
+                                 timeout)
+    if silent:
+        return f"the Docker engine did not answer: {silent}"
 
     import docker
 

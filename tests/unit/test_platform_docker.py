@@ -234,3 +234,25 @@ def test_only_containers_of_this_machines_processes_that_are_gone_are_removed():
     assert {name for name, container in containers.items() if container.removed} == {
         "a process that ended", "my number, reused"}
     assert len(removed) == 2
+
+
+@pytest.mark.posix
+@pytest.mark.parametrize("check", ["engine_problem", "base_problem"])
+def test_an_engine_socket_nobody_listens_on_is_said_and_no_socket_is_left_open(monkeypatch, check):
+    import gc
+    import tempfile
+
+    from labkit import docker_backend
+
+    folder = Path(tempfile.mkdtemp(prefix="labkit-engine-"))  # short: a socket path has a length limit
+    path = folder / "docker.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as bound:  # bound, never listening: connect is refused
+        bound.bind(str(path))
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{path}")
+    try:
+        problem = getattr(docker_backend, check)(timeout=2.0)
+        gc.collect()  # a socket left unclosed would warn here, which the suite's settings make an error
+    finally:
+        path.unlink()
+        folder.rmdir()
+    assert problem is not None and "no Docker engine answers" in problem, problem
