@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import filelock
@@ -405,22 +406,36 @@ class EmbeddedServer(Server):
                 if not self.initialized():
                     self._init(profile)
                 self._remove_stale_pid_file()
-                for attempt in range(1, START_TRIES + 1):
-                    self._write_start_settings(profile)
-                    try:
-                        self._start_postmaster()
-                        break
-                    except ServerStartFailed as failure:
-                        # On TCP the port is chosen free, then released for the server to take: another
-                        # program can take it first (Windows hands out ports fast). Then another port.
-                        if (self.transport != "tcp" or attempt == START_TRIES
-                                or not serverlog.PORT_TAKEN.search(failure.reason or "")):
-                            raise
-                        log.info("port %s was taken before the server could listen on it: trying another", self.port)
+                self._start_on_a_free_port(lambda attempt: self._write_start_settings(profile))
                 log.info("started the server in %s (%s)", self.home, self.transport)
         if watch and self.watchdog_pid() is None:  # none yet, or it died: a server must never be left unwatched
             self.spawn_watchdog()
         return started
+
+    def _start_on_a_free_port(self, before_each: Callable[[int], object]) -> None:
+        """``_start_postmaster``, after ``before_each(attempt)``; on TCP, again on another port when the port was taken.
+
+        On TCP the port is chosen free, then released for the server to take: another program can
+        take it first (Windows hands out ports fast), or while a restart had the server stopped.
+        """
+        for attempt in range(1, START_TRIES + 1):
+            before_each(attempt)
+            try:
+                self._start_postmaster()
+                return
+            except ServerStartFailed as failure:
+                if (self.transport != "tcp" or attempt == START_TRIES
+                        or not serverlog.PORT_TAKEN.search(failure.reason or "")):
+                    raise
+                log.info("port %s was taken before the server could listen on it: trying another", self.port)
+
+    def _move_port(self) -> None:
+        """Another free TCP port, in the state file and in labkit.conf (the rest of that file as it was)."""
+        self._save_state(port=free_port())
+        path = self.data_dir / "labkit.conf"
+        lines = path.read_text(encoding=ENCODING).splitlines(keepends=True)
+        path.write_text("".join(f"port = {self.port}\n" if line.startswith("port =") else line for line in lines),
+                        encoding=ENCODING)
 
     def _start_postmaster(self) -> None:
         """``pg_ctl start``, waiting until the server accepts connections; kill on timeout.
@@ -566,7 +581,7 @@ class EmbeddedServer(Server):
         with self._lock:
             if self.postmaster_pid() is not None:
                 self._program("pg_ctl", "stop", "-D", str(self.data_dir), "-m", "fast", "-w", "-t", "60", timeout=90)
-            self._start_postmaster()
+            self._start_on_a_free_port(lambda attempt: attempt > 1 and self._move_port())
             log.info("restarted the server in %s", self.home)
 
     def status(self) -> Status:

@@ -80,3 +80,18 @@ def test_a_stopped_server_is_one_line_that_says_what_to_do(tcp_lab):
         tcp_lab.close()
         tcp_lab.server.start(CI, watch=False)
     assert tcp_lab.value("select 1") == 1  # the next start recovers, on a new free port
+
+
+def test_a_restart_whose_port_another_program_took_starts_on_another(tcp_lab):
+    import socket
+
+    server = tcp_lab.server
+    tcp_lab.close()
+    server.stop()
+    taken = server.port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as other:  # another program listens there meanwhile
+        other.bind(("127.0.0.1", taken))
+        other.listen()
+        server.restart()
+        assert server.running() and server.port != taken
+    assert tcp_lab.value("select current_setting('port')::int") == server.port
