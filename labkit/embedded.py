@@ -452,7 +452,6 @@ class EmbeddedServer(Server):
         except ServerStartFailed as failure:
             stopped = self._stop_what_started(since, spare=before)
             reason = serverlog.refusal(self.log_file, since)
-            self._save_state(failed_start=reason or failure.short)
             if reason:
                 sentence = f"The lab server did not start: {reason}."
             elif stopped:
@@ -460,6 +459,7 @@ class EmbeddedServer(Server):
                             "busy machine may need longer: start the lab again.")
             else:
                 sentence = f"The lab server did not start ({failure.short.rstrip('.')})."
+            self._save_state(failed_start=sentence)  # what `python -m labkit doctor` says of the last start
             raise ServerStartFailed(f"{sentence} {self.recovery()}", detail=failure.detail, reason=reason) from None
         self._save_state(failed_start=None)
 

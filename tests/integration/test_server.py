@@ -185,7 +185,8 @@ def test_a_server_a_setting_keeps_from_starting_says_how_to_recover_and_the_cli_
     out = capsys.readouterr().out
     said = next((line.removeprefix("last start").strip() for line in out.splitlines() if line.startswith("last start")),
                 out)
-    assert said.startswith(f"failed: {REFUSED}. Settings made with lab.set (ALTER SYSTEM, in {auto_conf})"), said
+    assert said.startswith(f"failed: The lab server did not start: {REFUSED}. Settings made with lab.set (ALTER SYSTEM, "
+                           f"in {auto_conf})"), said
     assert said.endswith("`python -m labkit server reset-settings` removes them (keeping a copy) and starts it again.")
     assert main(["server", "reset-settings"]) == 0
     assert capsys.readouterr().out.startswith(f"removed shared_preload_libraries = '{NO_SUCH_LIBRARY}' (a copy is in ")
@@ -202,6 +203,8 @@ def test_a_start_that_times_out_leaves_no_server_coming_up_behind_it(own_server)
     own_server.start_timeout_s = 0  # pg_ctl -t 0: it gives up at once, the postmaster still starting
     with pytest.raises(labkit.ServerStartFailed, match=r"^The lab server was still starting after 0 s: labkit stopped it"):
         own_server.start(Profile.named("ci"), watch=False)
+    # what doctor says of the last start: the same sentence, not pg_ctl's exit status
+    assert own_server.last_start_failure().startswith("The lab server was still starting after 0 s: labkit stopped it")
     time.sleep(2)  # long enough for a server left behind to come up
     assert not own_server.running() and own_server._postmasters() == []
     own_server.start_timeout_s = 60
