@@ -104,7 +104,8 @@ class Recording:
 
     def argv(self) -> list[str]:
         graph = ["--call-graph", "dwarf,8192"] if self.call_graph else []
-        return [shutil.which("perf") or "perf", "record", "-q", "-e", "cpu-clock", "-F", str(self.frequency),
+        # not -q: perf's reason for recording nothing ("No such process") is then in what it prints
+        return [shutil.which("perf") or "perf", "record", "-e", "cpu-clock", "-F", str(self.frequency),
                 *graph, "-p", ",".join(map(str, self.pids)), "-o", str(self.output)]
 
     def start(self) -> Recording:
@@ -164,15 +165,17 @@ def nothing_recorded(stderr: str, returncode: int | None, ran_s: float) -> str:
 
     Its own words, else how it ended and after how long.
 
-    ``perf record -q`` prints nothing of its own when it is stopped before it has set itself up
-    (a SIGINT then ends it as it would any program): how long it ran is then the reason to give.
+    perf prints nothing of its own when it is stopped before it has set itself up (a SIGINT then
+    ends it as it would any program): how long it ran is then the reason to give. Its lines of a
+    recording that went well ("[ perf record: ...]") are left out.
 
     >>> nothing_recorded("", -2, 0.4)
     'perf recorded nothing: it was stopped 0.4 s after it started (by SIGINT), before it had written any sample; perf can take seconds to start on a busy machine: run longer'
-    >>> nothing_recorded("failed to mmap with 12 (Cannot allocate memory)\\n", 255, 1.2)
-    'perf recorded nothing (failed to mmap with 12 (Cannot allocate memory); exit code 255)'
+    >>> nothing_recorded("Couldn't create thread/CPU maps: No such process\\n", 244, 0.3)
+    "perf recorded nothing (Couldn't create thread/CPU maps: No such process; exit code 244)"
     """
-    said = " ".join(stderr.split())[:200]
+    said = " ".join(" ".join(line.split()) for line in stderr.splitlines()
+                    if line.strip() and not line.startswith("[ perf record:"))[:200]
     if returncode is None:
         ended = "still running"
     elif returncode < 0:
