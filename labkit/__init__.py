@@ -50,7 +50,8 @@ A run, in one direction:
            and the machine's size from its cgroup for a -j not given)       pgbench.py
       -> runner.PgbenchRunner: the process, probes (probes.py, cpu.py), perf   runner.py
            (attached to the run's backends once they exist), interrupts
-           progress -> an Observer: live.LiveView (chart) or live.Printer (CLI)
+           progress -> an Observer: live.LiveView (chart), live.Printer (CLI) or, for an
+                       experiment's runs, live.RunsProgress (one line redrawn in place)
                        (the chart: livewidget.LiveFigure, one plot redrawn in place)
       -> run_record.record: outputs -> Run, pure (no I/O: the -j it records is read from the
            argv that ran), tested on recorded output; phases.py: the start, the steady phase

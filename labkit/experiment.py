@@ -289,13 +289,16 @@ def look_alpha(looks: int) -> float:
 def run(lab, arms: list[Arm], *, metric: str = "tps", kind: str | None = None, repeats: int | None = None,
         budget_s: float | None = None, max_repeats: int = MAX_REPEATS, order: str = "alternate",
         seed: int | None = None, setup: Callable | None = None, after: Callable | None = None,
-        defaults: dict | None = None, live: bool | None = False) -> Result:
+        defaults: dict | None = None, live: bool | None = False, progress=None) -> Result:
     """Run ``arms`` interleaved, ``repeats`` rounds (with ``budget_s``: until decided or the budget is spent).
 
     ``setup(lab, arm)`` runs before each run (after the arm's own setup), ``after(lab, run)`` after each.
     ``defaults`` are :meth:`Lab.pgbench`'s keyword arguments for every arm's runs (clients, duration,
-    mode, options, probes, work ...).
+    mode, options, probes, work ...). ``progress`` (a :class:`labkit.live.RunsProgress`; by default
+    one in a notebook, when the runs show no live chart each) hears which run goes on and its seconds.
     """
+    from . import live as live_module
+
     if len(arms) < 2:
         raise UsageError("An experiment compares two arms or more: give each its name and script.")
     names = [arm.name for arm in arms]
@@ -317,6 +320,8 @@ def run(lab, arms: list[Arm], *, metric: str = "tps", kind: str | None = None, r
     started = time.monotonic()
     stopped = "as planned"
     by_name = {arm.name: arm for arm in arms}
+    if progress is None and not live and live_module.in_notebook():
+        progress = live_module.RunsProgress()
 
     def decided() -> bool:
         return all(compare(groups[names[0]], groups[name], metric=metric, kind=kind, alpha=alpha).stands
@@ -335,8 +340,10 @@ def run(lab, arms: list[Arm], *, metric: str = "tps", kind: str | None = None, r
         for name in plan(names, 1, order=order, seed=None if seed is None else seed + round_number,
                          first_round=round_number):
             ran.append(name)
+            if progress is not None:
+                progress.begin(len(ran), most * len(names), name, round_number + 1, most, specs[name].duration_s)
             record = _runner(lab, by_name[name], specs[name], setup, experiment, len(ran), round_number + 1, most,
-                             live, defaults or {})()
+                             live, defaults or {}, progress)()
             groups[name].append(record)
             if after is not None:
                 after(lab, record)
@@ -344,6 +351,8 @@ def run(lab, arms: list[Arm], *, metric: str = "tps", kind: str | None = None, r
     else:
         if budget_s is not None:
             stopped = "decided" if decided() else "most repeats"
+    if progress is not None:
+        progress.finish(len(ran), time.monotonic() - started)
     return Result(names, metric, kind, groups, ran, stopped, time.monotonic() - started, budget_s, alpha)
 
 
@@ -362,7 +371,7 @@ def _spec(lab, arm: Arm, defaults: dict):
 
 
 def _runner(lab, arm: Arm, spec, setup, experiment: str, position: int, repeat: int, repeats: int, live,
-            defaults: dict):
+            defaults: dict, progress=None):
     """One run of an arm: its setup, the events counted around pgbench, the record tagged with its place."""
 
     def before(lab) -> None:
@@ -382,7 +391,8 @@ def _runner(lab, arm: Arm, spec, setup, experiment: str, position: int, repeat: 
         tags = {"repeat": repeat, "repeats": repeats, "series": f"{arm.name}@{experiment}",
                 "experiment": experiment, "order": position}
         try:
-            record = lab.run_spec(spec, live=live, setup=before, tags=tags, **options)
+            record = lab.run_spec(spec, live=live, setup=before, tags=tags, observer=None if live else progress,
+                                  **options)
         except KeyboardInterrupt:
             interrupted = getattr(lab, "last_run", None)
             if interrupted is not None and counted.get("before"):

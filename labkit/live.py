@@ -136,6 +136,70 @@ def _close(*widgets) -> None:
         widget.close()
 
 
+class RunsProgress:
+    """One line, redrawn in place, while an experiment's runs go on: which run, its second and its tps.
+
+    An experiment's runs show no live chart each (four to ten charts would bury its table): this
+    line is what moves meanwhile. It is an :class:`labkit.runner.Observer` of each run in turn.
+    ``show`` draws a line (default: a display updated in place in the notebook).
+    """
+
+    def __init__(self, show=None):
+        self.show = show or _line_in_place()
+        self.said = ""
+        self.run = ""
+        self.duration_s: float | None = None
+
+    def begin(self, position: int, planned: int, arm: str, repeat: int, repeats: int,
+              duration_s: float | None) -> None:
+        """Run ``position`` of ``planned`` (from 1) starts: ``arm``'s ``repeat`` of ``repeats``."""
+        self.run = f"run {position} of {planned}: {arm} ({repeat} of {repeats})"
+        self.duration_s = duration_s
+        self._say(f"{self.run}, starting")
+
+    def progress(self, point, line: str) -> None:
+        self._say(progress_line(self.run, point.t, self.duration_s, point.tps))
+
+    def samples(self, fresh: dict[str, list[dict]]) -> None:
+        """Probe samples are not shown on the line."""
+
+    def finish(self, runs: int, elapsed_s: float) -> None:
+        self._say(f"{runs} runs in {elapsed_s:.0f} s.")
+
+    def _say(self, text: str) -> None:
+        if text != self.said:
+            self.said = text
+            self.show(text)
+
+
+def progress_line(run: str, t: float, duration_s: float | None, tps: float) -> str:
+    """The progress line during one run of an experiment.
+
+    >>> progress_line("run 3 of 6: spread (2 of 3)", 2.0, 4, 1204.4)
+    'run 3 of 6: spread (2 of 3), 2 of 4 s, 1,204 tps'
+    >>> progress_line("run 1 of 2: a (1 of 1)", 5.0, None, 12.0)
+    'run 1 of 2: a (1 of 1), 5 s, 12 tps'
+    """
+    planned = f" of {duration_s:g}" if duration_s else ""
+    return f"{run}, {t:g}{planned} s, {tps:,.0f} tps"
+
+
+def _line_in_place():
+    """A function that shows a line of text in one display, each call replacing the last line."""
+    from IPython.display import display
+
+    handle = None
+
+    def show(text: str) -> None:
+        nonlocal handle
+        if handle is None:
+            handle = display({"text/plain": text}, raw=True, display_id=True)
+        else:
+            handle.update({"text/plain": text}, raw=True)
+
+    return show
+
+
 class Printer:
     """The command line's observer: pgbench's progress lines as they come."""
 

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
@@ -95,6 +96,7 @@ class Recording:
         self.output = self.folder / "perf.data"
         self.process: subprocess.Popen | None = None
         self.message = ""
+        self.started = 0.0
         try:
             self.server_program = psutil.Process(self.pids[0]).exe()
         except (psutil.Error, IndexError):
@@ -102,12 +104,14 @@ class Recording:
 
     def argv(self) -> list[str]:
         graph = ["--call-graph", "dwarf,8192"] if self.call_graph else []
-        return [shutil.which("perf") or "perf", "record", "-q", "-e", "cpu-clock", "-F", str(self.frequency),
+        # not -q: perf's reason for recording nothing ("No such process") is then in what it prints
+        return [shutil.which("perf") or "perf", "record", "-e", "cpu-clock", "-F", str(self.frequency),
                 *graph, "-p", ",".join(map(str, self.pids)), "-o", str(self.output)]
 
     def start(self) -> Recording:
         self.process = subprocess.Popen(self.argv(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.PIPE, start_new_session=True)
+        self.started = time.monotonic()
         return self
 
     def stop(self) -> CpuProfile | None:
@@ -122,7 +126,8 @@ class Recording:
                 self.process.kill()
                 _, err = self.process.communicate()
             if not self.output.exists() or self.output.stat().st_size == 0:
-                self.message = f"perf recorded nothing ({(err or b'').decode(errors='replace').strip()[:200]})"
+                self.message = nothing_recorded((err or b"").decode(errors="replace"), self.process.returncode,
+                                                time.monotonic() - self.started)
                 return None
             return self.report()
         finally:
@@ -153,6 +158,37 @@ class Recording:
             self.process.kill()
             self.process.wait()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def nothing_recorded(stderr: str, returncode: int | None, ran_s: float) -> str:
+    """Why perf left no data, in one line (no final stop: it is said inside other sentences).
+
+    Its own words, else how it ended and after how long.
+
+    perf prints nothing of its own when it is stopped before it has set itself up (a SIGINT then
+    ends it as it would any program): how long it ran is then the reason to give. Its lines of a
+    recording that went well ("[ perf record: ...]") are left out.
+
+    >>> nothing_recorded("", -2, 0.4)
+    'perf recorded nothing: it was stopped 0.4 s after it started (by SIGINT), before it had written any sample; perf can take seconds to start on a busy machine: run longer'
+    >>> nothing_recorded("Couldn't create thread/CPU maps: No such process\\n", 244, 0.3)
+    "perf recorded nothing (Couldn't create thread/CPU maps: No such process; exit code 244)"
+    """
+    said = " ".join(" ".join(line.split()) for line in stderr.splitlines()
+                    if line.strip() and not line.startswith("[ perf record:"))[:200]
+    if returncode is None:
+        ended = "still running"
+    elif returncode < 0:
+        try:
+            ended = f"by {signal.Signals(-returncode).name}"
+        except ValueError:
+            ended = f"by signal {-returncode}"
+    else:
+        ended = f"exit code {returncode}"
+    if said:
+        return f"perf recorded nothing ({said}; {ended})"
+    return (f"perf recorded nothing: it was stopped {ran_s:.1f} s after it started ({ended}), before it had "
+            "written any sample; perf can take seconds to start on a busy machine: run longer")
 
 
 FOLDED_KEPT = 500  # the most frequent call chains a record keeps (the rest are summed in no chain)

@@ -266,6 +266,9 @@ class PgbenchRunner:
         if self.target.postmaster_pid is None:
             self._no_perf = "perf: the server is not a process labkit started on this machine; wait events only"
             return None
+        # perf's own check of DWARF unwinding runs perf once (a second or more): paid now, before the run, not
+        # by the thread that attaches perf once the clients have connected, which would start perf that late
+        perf_module.dwarf_works()
         reconnects = any(flag in ("-C", "--connect") for flag in spec.flags)
         return _PerfAttach(self.target.conninfo, spec.clients, self.target.postmaster_pid if reconnects else None)
 

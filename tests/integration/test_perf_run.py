@@ -41,3 +41,16 @@ def test_perf_records_the_run_backends_it_attached_to_once_they_connected(lab):
     assert figures["available"] is True and figures["samples"] > 0, figures.get("message")
     assert perf.recorded(run)
     assert any(row["symbol"] == "nextval_internal" for row in figures["symbols"]), figures["symbols"][:10]
+
+
+def test_perfs_own_check_runs_before_the_run_not_when_perf_attaches(lab):
+    """The DWARF check runs perf once (a second or more): paid during the run, it started perf that much later."""
+    _needs_perf()
+    from labkit import pgbench, runner
+
+    perf.dwarf_works.cache_clear()
+    spec = pgbench.parse_options("", script="select 1;", name="perf-early", clients=2, duration_s=2,
+                                 defaults=lab.profile.run_defaults())
+    attach = runner.PgbenchRunner(lab._target())._perf_attach(spec)
+    assert attach is not None and not attach.is_alive()  # not started yet: nothing runs
+    assert perf.dwarf_works.cache_info().currsize == 1  # already answered, before any run

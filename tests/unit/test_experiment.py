@@ -6,6 +6,8 @@ import pytest
 
 from labkit import experiment
 from labkit.errors import UsageError
+from labkit.live import RunsProgress
+from labkit.pgbench import Progress
 from labkit.profiles import Profile
 from labkit.records import Run
 
@@ -23,9 +25,12 @@ class FakeLab:
         self.ran: list[tuple[str, dict]] = []
         self.counts = itertools.count(1)
 
-    def run_spec(self, spec, *, live=None, setup=None, tags=None, **options):
+    def run_spec(self, spec, *, live=None, setup=None, tags=None, observer=None, **options):
         if setup is not None:
             setup(self)
+        if observer is not None:  # pgbench's progress lines, as the runner sends them
+            for second in (1.0, 2.0):
+                observer.progress(Progress(t=second, tps=100.0 * second, lat_ms=1.0, stddev_ms=0.1), "progress: ...")
         number = sum(1 for name, _ in self.ran if name == spec.name) + 1
         self.ran.append((spec.name, dict(tags or {})))
         run = Run(spec.name, "nb", "laptop", f"t{next(self.counts)}", tps=self.tps_of(spec.name, number),
@@ -50,6 +55,16 @@ def test_arms_run_in_rounds_each_reversed_and_tagged_with_their_place():
     assert len({tags["experiment"] for _, tags in lab.ran}) == 1
     assert [tags["repeat"] for name, tags in lab.ran if name == "a"] == [1, 2, 3]
     assert result.verdict().basis == "pairs" and result.stopped == "as planned"
+
+
+def test_a_progress_line_says_which_run_goes_on_its_seconds_and_how_the_runs_ended():
+    lines = []
+    experiment.run(FakeLab(lambda arm, number: 100.0), ARMS, repeats=2, defaults={"duration": 2},
+                   progress=RunsProgress(show=lines.append))
+    assert lines[:3] == ["run 1 of 4: a (1 of 2), starting", "run 1 of 4: a (1 of 2), 1 of 2 s, 100 tps",
+                         "run 1 of 4: a (1 of 2), 2 of 2 s, 200 tps"]
+    assert "run 4 of 4: a (2 of 2), starting" in lines and "run 3 of 4: b (2 of 2), 2 of 2 s, 200 tps" in lines
+    assert lines[-1].startswith("4 runs in ") and lines[-1].endswith(" s.")
 
 
 def test_a_steady_drift_falls_on_both_arms_and_the_effect_stands():
