@@ -19,6 +19,7 @@ import pytest
 
 from labkit.docker_backend import base_problem, engine_problem
 from tests import docker_python_base
+from tests.docker_images import drop_replaced, image_ids
 
 from . import harness
 
@@ -33,10 +34,12 @@ pytestmark = [pytest.mark.docker, pytest.mark.hub, pytest.mark.timeout(1800),
 @pytest.fixture(scope="module")
 def hub():
     started = time.monotonic()
+    before = image_ids(harness.IMAGE)
     built = subprocess.run(["docker", "build", "--quiet", "--tag", harness.IMAGE, "--build-arg",
                             f"PYTHON_IMAGE={PYTHON_BASE}", "--file", "docker/hub/Dockerfile", "."],
                            cwd=harness.ROOT, capture_output=True, encoding="utf-8", errors="replace", timeout=1500)
     assert built.returncode == 0, built.stdout[-2000:] + built.stderr[-3000:]
+    drop_replaced(before)
     size = subprocess.run(["docker", "image", "inspect", "--format", "{{.Size}}", harness.IMAGE],
                           capture_output=True, encoding="utf-8", check=True).stdout
     print(f"hub image built on {PYTHON_BASE} in {time.monotonic() - started:.0f} s, {int(size) / 1e6:.0f} MB")

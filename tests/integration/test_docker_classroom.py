@@ -23,6 +23,7 @@ from labkit import config
 from labkit.docker_backend import base_problem, engine_problem
 from labkit.embedded import free_port
 from tests import docker_python_base, utf8_child
+from tests.docker_images import drop_replaced, image_ids
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker" / "compose.yaml"
@@ -93,8 +94,10 @@ def classroom(tmp_path_factory):
     room = Classroom(tmp_path_factory.mktemp("classroom"))
     room("down", "--volumes", "--remove-orphans", check=False)  # what a killed earlier run left
     started = time.monotonic()
+    before = image_ids("pg-concurrency-labs-postgres:18", f"{PROJECT}_jupyter", f"{PROJECT}-jupyter")  # compose v1, v2
     try:
         room("up", "--detach", "--build", timeout=1500)
+        drop_replaced(before)
         print(f"classroom up in {time.monotonic() - started:.0f} s")
         deadline = time.monotonic() + 120
         while True:  # JupyterLab answers its version without a token
