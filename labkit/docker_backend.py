@@ -78,7 +78,10 @@ def _unix_socket_silent(host: str, timeout: float) -> str | None:
     path = host[len("unix://"):]
     if not os.path.exists(path):
         return f"no Docker engine answers: there is no socket at {path}"
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:  # AF_UNIX: only for a unix:// address
+    family = getattr(socket, "AF_UNIX", None)  # a unix:// address on a Python without Unix sockets: not checked here
+    if family is None:
+        return None
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
         probe.settimeout(timeout)
         try:
             probe.connect(path)

@@ -581,7 +581,11 @@ class EmbeddedServer(Server):
         with self._lock:
             if self.postmaster_pid() is not None:
                 self._program("pg_ctl", "stop", "-D", str(self.data_dir), "-m", "fast", "-w", "-t", "60", timeout=90)
-            self._start_on_a_free_port(lambda attempt: attempt > 1 and self._move_port())
+            def before_each(attempt: int) -> None:
+                if attempt > 1:  # the port was taken while the server was stopped
+                    self._move_port()
+
+            self._start_on_a_free_port(before_each)
             log.info("restarted the server in %s", self.home)
 
     def status(self) -> Status:

@@ -90,6 +90,7 @@ def test_a_restart_whose_port_another_program_took_starts_on_another(tcp_lab):
     server.stop()
     taken = server.port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as other:  # another program listens there meanwhile
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as servers do: the server's closed connections wait
         other.bind(("127.0.0.1", taken))
         other.listen()
         server.restart()
