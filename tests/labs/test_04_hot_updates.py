@@ -12,7 +12,7 @@ from .steps import replay, steps_spec, tagged_steps
 pytestmark = pytest.mark.integration
 
 NOTEBOOK = "04-hot-updates"
-ARMS = ["expression-index", "generated-column"]  # the experiment's arms, the baseline first
+ARMS = ["expression-index", "generated-column", "no-expression-index"]  # the experiment's arms, the baseline first
 COSTS = ["wal_bytes_per_update", "table_pages", "prenom_index_pages"]  # judged per repeat; buffers are not judged
 FIGURES = {"updates", "hot_updates", "hot_ratio", "newpage_updates", "table_bytes", "prenom_index_bytes",
            "c2_index_bytes", "page0_line_pointers", "page0_free_bytes", "c2_leaf_pages", "c2_row_pointers",
@@ -59,6 +59,8 @@ def test_the_expression_index_blocks_hot_and_the_generated_column_keeps_it(lab_r
     for run in arms["generated-column"]:
         assert run.extra["hot_ratio"] > 0.9, run.extra["hot_ratio"]  # the first name is indexed, and unchanged
         assert run.extra["prenom_row_pointers"] < run.extra["updates"] / 10
+    for run in arms["no-expression-index"]:  # the control: no index reads c1
+        assert run.extra["hot_ratio"] > 0.9 and run.extra["prenom_index_bytes"] is None, run.extra
 
 
 def test_the_c2_index_stays_small_without_any_entry_marked_dead_under_a_bitmap_scan(lab_runs):
