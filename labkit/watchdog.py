@@ -63,6 +63,8 @@ def _stopped(server: EmbeddedServer) -> bool:
     """
     if server.running():
         return False
+    if not server.home.exists():  # removed (a test's clean-up, a reset): taking the lock would make it again
+        return True
     try:
         with server.start_lock(timeout_s=POLL_SECONDS):
             return not server.running()
@@ -84,7 +86,7 @@ def watch(home: Path) -> None:
                     # Gone only when found stopped at two polls in a row: a restart that failed is put right
                     # between two holds of the lock (lab.set puts back the setting, then starts the server).
                     if _stopped(server):
-                        if stopped_before:
+                        if stopped_before or not home.exists():
                             log.info("the server is gone: exiting")
                             return
                         stopped_before = True

@@ -96,3 +96,14 @@ def test_a_socket_folder_of_ones_own_is_made_private(taken):
     assert stat.S_IMODE(taken.socket_dir.lstat().st_mode) == 0o700
     assert sys.platform == "win32" or taken.socket_dir.lstat().st_uid in {os.geteuid(), *([service_user.ids()[0]]
                                                                                           if config.is_root() else [])}
+
+
+def test_a_watchdog_whose_home_was_removed_ends_without_making_it_again():
+    from labkit.embedded import EmbeddedServer
+    from labkit.watchdog import _stopped
+
+    home = Path(tempfile.mkdtemp(prefix="labkit watchdog "))
+    server = EmbeddedServer(home)
+    home.rmdir()  # the home removed whole, its server stopped
+    assert _stopped(server) is True
+    assert not home.exists()  # taking the start lock would have made the folder again
