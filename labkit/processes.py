@@ -177,8 +177,7 @@ class HeldInterrupts:
         if self._previous is not None or threading.current_thread() is not threading.main_thread():
             return
         self._previous = signal.getsignal(signal.SIGINT) or signal.default_int_handler  # None: set outside Python
-        # SIGINT is Ctrl+C's signal in Python on every OS (Windows raises it for a console's Ctrl+C too)
-        signal.signal(signal.SIGINT, self._note)
+        signal.signal(signal.SIGINT, self._note)  # every OS: Python raises SIGINT for Ctrl+C on Windows too
 
     def _note(self, _signum, _frame) -> None:
         self.came = True
@@ -186,7 +185,7 @@ class HeldInterrupts:
 
     def release(self) -> bool:
         if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+            signal.signal(signal.SIGINT, self._previous)  # every OS, as in hold()
             self._previous = None
         return self.came
 
