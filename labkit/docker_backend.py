@@ -71,6 +71,13 @@ def docker_dir() -> Path:
     return config.shipped("docker")
 
 
+def _engine_host() -> str:
+    """Where testcontainers will find the engine: its own settings, DOCKER_HOST, the CLI's context, else the default."""
+    from testcontainers.core.docker_client import get_docker_host
+
+    return get_docker_host() or ("npipe:////./pipe/docker_engine" if os.name == "nt" else "unix:///var/run/docker.sock")
+
+
 def _unix_socket_silent(host: str, timeout: float) -> str | None:
     """Why nothing answers at a ``unix://`` engine address (None: something listens, or it is no such address)."""
     if not host.startswith("unix://"):
@@ -97,12 +104,9 @@ def engine_problem(timeout: float = 3.0) -> str | None:
     except ImportError:
         return "the docker Python package is missing (pip install testcontainers)"
 
-    # testcontainers finds the engine as it will when starting the container: its own settings,
-    # DOCKER_HOST, the Docker CLI's current context, then the platform's default (a Unix socket,
-    # or Docker Desktop's named pipe on Windows).
-    from testcontainers.core.docker_client import get_docker_host
-
-    host = get_docker_host() or ("npipe:////./pipe/docker_engine" if os.name == "nt" else "unix:///var/run/docker.sock")
+    # the engine found as testcontainers will find it when starting the container (a Unix socket,
+    # or Docker Desktop's named pipe on Windows, by default)
+    host = _engine_host()
     silent = _unix_socket_silent(host, timeout)
     if silent:  # said at once; the docker package would leak the socket of a connection refused
         return silent
@@ -129,10 +133,9 @@ def base_problem(base: str | None = None, timeout: float = 10.0) -> str | None:
     own network, which fails at once on a machine that cannot reach one.
     """
     base = base or config.docker_base()
-    from testcontainers.core.docker_client import DockerClient, get_docker_host
+    from testcontainers.core.docker_client import DockerClient
 
-    silent = _unix_socket_silent(get_docker_host() or ("" if os.name == "nt" else "unix:///var/run/docker.sock"),
-                                 timeout)
+    silent = _unix_socket_silent(_engine_host(), timeout)
     if silent:
         return f"the Docker engine did not answer: {silent}"
 
