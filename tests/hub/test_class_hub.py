@@ -70,12 +70,19 @@ NOT_A_SERVER = {"--boot", "--single", "--check", "-C", "--describe-config", "-V"
 
 
 def postmaster(uid: int) -> psutil.Process | None:
-    """The student's PostgreSQL server process: a postgres whose parent is not a postgres, run as a server."""
+    """The student's PostgreSQL server: a postgres whose parent is not a postgres and that has postgres children.
+
+    Its children (checkpointer, background writer ...) tell it from initdb's postgres processes,
+    which have none; a process caught while ``/bin/sh -c`` execs postgres shows the shell's command
+    line, so the flags alone do not.
+    """
     for process in psutil.process_iter(["name", "uids", "ppid", "cmdline"]):
-        if process.info["name"] == "postgres" and process.info["uids"].real == uid and not (
-                NOT_A_SERVER & set(process.info["cmdline"] or [])):
+        command = process.info["cmdline"] or []
+        if (process.info["name"] == "postgres" and process.info["uids"].real == uid and command
+                and command[0].endswith("postgres") and not NOT_A_SERVER & set(command)):
             with contextlib.suppress(psutil.Error):
-                if psutil.Process(process.info["ppid"]).name() != "postgres":
+                if (psutil.Process(process.info["ppid"]).name() != "postgres"
+                        and any(child.name() == "postgres" for child in process.children())):
                     return process
     return None
 
