@@ -758,7 +758,9 @@ def _bars(groups: list[list[Run]], metric: str) -> list:
                      visible=any(len(group) > 1 for group in groups), color=style.PLANNED_END_COLOR, thickness=1.2)
         marker = dict(color=colors) if shown == "tps" else dict(
             color="white", line=dict(color=colors, width=1.5), pattern=dict(shape="/", fgcolor=colors, solidity=0.45))
-        bars.append(go.Bar(x=[mean for mean, _, _ in figures], name="tps (mean of repeats)" if shown == "tps" else shown,
+        repeated = any(len(group) > 1 for group in groups)
+        bars.append(go.Bar(x=[mean for mean, _, _ in figures],
+                           name=("tps (mean of repeats)" if repeated else "tps") if shown == "tps" else shown,
                            marker=marker, error_x=error,
                            texttemplate="%{x:,.0f}" if shown in ("tps", "goodput") else "%{x:,.4~g}", **common))
     return bars

@@ -2,6 +2,8 @@
 
     python tests/benchmarks/bench_experiment.py --calibrate          # the per-look error rates, by simulation
     python tests/benchmarks/bench_experiment.py --trials 40          # real runs on this machine
+    python tests/benchmarks/bench_experiment.py --trials 20 --budget 40 --designs "A/A interleaved, budget" \
+        --lock /tmp/heavy.lock                                       # one design, each trial under a lock
 
 Real runs: one CPU-bound client (``select count(*) from generate_series(1, N)``), runs of 3 s,
 three runs of each arm. Halfway through each experiment (before its fourth run: B's first run
@@ -14,7 +16,10 @@ session would barely touch the server), and stop when the experiment ends. Each 
 - A/A′, interleaved, A′ doing 1.3 times A's work per transaction (a known effect: 0.77× tps);
 - with ``--budget S``, A/A and A/A′ again with a budget: rounds added until decided or S seconds spent.
 
-It prints, per design, how often the verdict stood and the ratios seen. Run it alone on the
+It prints, per design, how often the verdict stood and the ratios seen, and for each verdict that
+stood in an A/A design the pairs it was judged on. ``--designs`` keeps the designs whose name
+contains one of its comma-separated parts; ``--lock PATH`` takes an exclusive lock on that file
+around each trial, so that other heavy work on the machine takes turns with the trials. Run it alone on the
 machine: anything else running is part of what it measures. Linux (setsid) only.
 
 ``--calibrate`` simulates 200,000 experiments of normal paired differences for each number of
@@ -26,6 +31,7 @@ a step change of load, a steady drift, interleaved and back to back.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -72,7 +78,10 @@ class LoadHalfway:
 
 
 def trial(lab, design: str, budget: float | None) -> tuple[bool, float | None, int]:
-    """One experiment of ``design``: whether its verdict stood, its ratio, and the runs of each arm."""
+    """One experiment of ``design``: whether its verdict stood, its ratio, and the runs of each arm.
+
+    An A/A verdict that stands is printed with the pairs it was judged on.
+    """
     load = LoadHalfway()
     effect = 1.3 if design.startswith("A/A′") else 1.0
     try:
@@ -88,24 +97,57 @@ def trial(lab, design: str, budget: float | None) -> tuple[bool, float | None, i
         result = lab.experiment({"bench-a": script(WORK), "bench-b": script(round(WORK * effect))}, repeats=3,
                                 clients=1, duration=3, setup=load, budget_s=budget)
         found = result.verdict()
+        if found.stands and effect == 1.0:
+            print(f"  A/A stood: {found.sentence}")
+            for a, b in zip(result.groups["bench-a"], result.groups["bench-b"]):
+                print(f"    pair {a.repeat}: tps {a.tps:.1f} / {b.tps:.1f}, others' cores "
+                      f"{_others_shown(a)} / {_others_shown(b)}")
         return found.stands, found.ratio, len(result.groups["bench-a"])
     finally:
         load.end()
 
 
-def real(trials: int, budget: float | None) -> None:
+def _others_shown(run) -> str:
+    from labkit.verdict import _others
+
+    found = _others(run)
+    return "?" if found is None else f"{found[0]:.2f}"
+
+
+@contextlib.contextmanager
+def taking_turns(path: str | None):
+    """An exclusive lock on ``path`` while the block runs (none without a path)."""
+    if not path:
+        yield
+        return
+    import fcntl
+
+    with open(path, "a", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def real(trials: int, budget: float | None, only: str | None = None, lock: str | None = None) -> None:
     import labkit
 
     designs = ["A/A interleaved", "A/A back to back", "A/A′ interleaved (0.77×)"]
     if budget:
         designs += [f"A/A interleaved, budget {budget:g} s", f"A/A′ interleaved (0.77×), budget {budget:g} s"]
+    if only:
+        designs = [design for design in designs if any(part and part in design for part in only.split(","))]
+        if not designs:
+            sys.exit(f"--designs {only!r} matches none of the designs")
     seen: dict[str, list[tuple[bool, float | None, int]]] = {design: [] for design in designs}
     with private_home():
         lab = labkit.start("bench-experiment", profile="ci")
         started = time.monotonic()
         for number in range(1, trials + 1):
-            for design in designs:
-                seen[design].append(trial(lab, design, budget if "budget" in design else None))
+            with taking_turns(lock):
+                for design in designs:
+                    seen[design].append(trial(lab, design, budget if "budget" in design else None))
             print(f"trial {number}/{trials} done after {time.monotonic() - started:.0f} s", flush=True)
         lab.close()
     print("\n| design | trials | verdict stands | ratios (median, range) | runs of each arm |")
@@ -178,13 +220,15 @@ def main() -> None:
     parser.add_argument("--calibrate", action="store_true")
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--budget", type=float, default=None, help="also run experiments with this budget (s)")
+    parser.add_argument("--designs", default=None, help="only the designs whose name contains one of these parts")
+    parser.add_argument("--lock", default=None, help="a file to lock around each trial")
     args = parser.parse_args()
     if args.calibrate:
         calibrate()
         return
     if os.name != "posix":
         sys.exit("This benchmark starts its busy processes with setsid: POSIX only.")
-    real(args.trials, args.budget)
+    real(args.trials, args.budget, args.designs, args.lock)
 
 
 if __name__ == "__main__":

@@ -244,6 +244,7 @@ def test_compare_bars_are_horizontal_with_goodput_beside_tps():
     line = next(trace for trace in figure.data if trace.name == f"{advisory.label}: goodput")
     assert line.line.dash == "dash" and line.line.color == style.color("advisory")
     assert figure.layout.yaxis2.autorange == "reversed"
+    assert tps.name == "tps"  # one run of each: no mean of repeats to speak of
 
 
 def test_every_figure_has_the_labkit_style():
