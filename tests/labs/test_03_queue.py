@@ -12,7 +12,8 @@ from .steps import completions, events, outline, replay, steps_spec, tagged_step
 
 pytestmark = pytest.mark.integration
 
-METHODS = ["for-update", "skip-locked", "skip-locked-1", "advisory", "advisory-fixed", "advisory-partitioned"]
+METHODS = ["for-update", "skip-locked", "skip-locked-1", "advisory", "advisory-fixed", "advisory-fixed-commit",
+           "advisory-partitioned"]
 EVERY_PICK_MOVES_AN_ORDER = [name for name in METHODS if name != "advisory"]
 
 
