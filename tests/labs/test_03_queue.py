@@ -12,7 +12,8 @@ from .steps import completions, events, outline, replay, steps_spec, tagged_step
 
 pytestmark = pytest.mark.integration
 
-METHODS = ["for-update", "skip-locked", "skip-locked-1", "advisory", "advisory-fixed", "advisory-partitioned"]
+METHODS = ["for-update", "skip-locked", "skip-locked-1", "advisory", "advisory-fixed", "advisory-fixed-commit",
+           "advisory-partitioned"]
 EVERY_PICK_MOVES_AN_ORDER = [name for name in METHODS if name != "advisory"]
 
 
@@ -34,7 +35,9 @@ def test_the_arms_ran_interleaved_alike_each_on_a_refilled_queue_that_never_ran_
     for run in runs:
         assert (run.clients, run.duration_s, run.mode) == (first.clients, first.duration_s, "prepared"), run.name
         assert run.failures == 0 and not run.errors, run.name
-        assert {"work", "goodput", "useful", "consumed", "duplicates", "least_left", "events"} <= set(run.extra)
+        assert {"work", "goodput", "useful", "consumed", "duplicates", "least_left", "entries_per_order",
+                "scans_per_order", "events"} <= set(run.extra)
+        assert "horizon" in run.probes, run.name  # every arm sampled alike, the control's pair included
         assert run.extra["duplicates"] == 0, (run.name, run.repeat)  # t_order_u's unique order_id
         # no worker found its queue (or its partition) empty: every second was a second of full load
         assert run.extra["least_left"] > 0, (run.name, run.repeat)
@@ -50,6 +53,9 @@ def test_every_pick_moves_an_order_except_the_articles_advisory_statement(lab_ru
         for run in arms[name]:
             # pgbench does not count a transaction cut off by -T, which may still have committed
             assert abs(run.extra["work"] - run.transactions) <= run.clients, (name, run.repeat)
+    for name in ("advisory-fixed", "advisory-fixed-commit"):  # a retry scans the key twice: pick, delete by id
+        for run in arms[name]:
+            assert run.extra["scans_per_order"] >= 2.0, (name, run.repeat)
     for run in arms["advisory"]:  # the race of the step-by-step cell, many times over under load
         assert run.extra["work"] < run.transactions - run.clients, run.repeat
 
