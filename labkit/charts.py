@@ -752,13 +752,13 @@ def _bars(groups: list[list[Run]], metric: str) -> list:
     colors = [run_color(group[0]) for group in groups]
     common = dict(y=labels, orientation="h", textposition="outside", cliponaxis=False, legend="legend2")
     bars = []
+    repeated = any(len(group) > 1 for group in groups)
     for shown in ["tps"] + ([metric] if metric != "tps" else []):
         figures = [_mean_and_range(group, shown) for group in groups]
         error = dict(type="data", array=[up for _, _, up in figures], arrayminus=[down for _, down, _ in figures],
-                     visible=any(len(group) > 1 for group in groups), color=style.PLANNED_END_COLOR, thickness=1.2)
+                     visible=repeated, color=style.PLANNED_END_COLOR, thickness=1.2)
         marker = dict(color=colors) if shown == "tps" else dict(
             color="white", line=dict(color=colors, width=1.5), pattern=dict(shape="/", fgcolor=colors, solidity=0.45))
-        repeated = any(len(group) > 1 for group in groups)
         bars.append(go.Bar(x=[mean for mean, _, _ in figures],
                            name=("tps (mean of repeats)" if repeated else "tps") if shown == "tps" else shown,
                            marker=marker, error_x=error,

@@ -2,8 +2,8 @@
 
     python tests/benchmarks/bench_experiment.py --calibrate          # the per-look error rates, by simulation
     python tests/benchmarks/bench_experiment.py --trials 40          # real runs on this machine
-    python tests/benchmarks/bench_experiment.py --trials 20 --budget 40 --designs "A/A interleaved, budget" \
-        --lock /tmp/heavy.lock                                       # one design, each trial under a lock
+    python tests/benchmarks/bench_experiment.py --trials 20 --budget 40 --designs "budget" \
+        --lock /tmp/heavy.lock                                       # the budgeted designs, each trial under a lock
 
 Real runs: one CPU-bound client (``select count(*) from generate_series(1, N)``), runs of 3 s,
 three runs of each arm. Halfway through each experiment (before its fourth run: B's first run
@@ -18,7 +18,7 @@ session would barely touch the server), and stop when the experiment ends. Each 
 
 It prints, per design, how often the verdict stood and the ratios seen, and for each verdict that
 stood in an A/A design the pairs it was judged on. ``--designs`` keeps the designs whose name
-contains one of its comma-separated parts; ``--lock PATH`` takes an exclusive lock on that file
+contains one of its ``|``-separated parts (design names hold commas); ``--lock PATH`` takes an exclusive lock on that file
 around each trial, so that other heavy work on the machine takes turns with the trials. Run it alone on the
 machine: anything else running is part of what it measures. Linux (setsid) only.
 
@@ -137,7 +137,7 @@ def real(trials: int, budget: float | None, only: str | None = None, lock: str |
     if budget:
         designs += [f"A/A interleaved, budget {budget:g} s", f"A/A′ interleaved (0.77×), budget {budget:g} s"]
     if only:
-        designs = [design for design in designs if any(part and part in design for part in only.split(","))]
+        designs = [design for design in designs if any(part and part in design for part in only.split("|"))]
         if not designs:
             sys.exit(f"--designs {only!r} matches none of the designs")
     seen: dict[str, list[tuple[bool, float | None, int]]] = {design: [] for design in designs}
