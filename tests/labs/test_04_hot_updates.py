@@ -66,8 +66,13 @@ def test_the_expression_index_blocks_hot_and_the_generated_column_keeps_it(lab_r
 def test_the_c2_index_stays_small_without_any_entry_marked_dead_under_a_bitmap_scan(lab_runs):
     for run in [run for group in experiment(lab_runs).values() for run in group]:
         e = run.extra
-        # c2 is never set: its index gets the hint, and bottom-up deletion keeps it far from one entry per update
-        assert e["c2_leaf_pages"] <= 2 and e["c2_row_pointers"] < e["updates"] / 10, (run.name, e["c2_row_pointers"])
+        # c2 is never set: its index gets the hint, and bottom-up deletion keeps it to a leaf page or two. How
+        # many entries stay depends on how many versions the clients' snapshots still see (more on a busy
+        # machine), so the bound is loose: most of the versions' entries are gone
+        versions = e["updates"] - e["hot_updates"] + 2
+        assert e["c2_leaf_pages"] <= 2, (run.name, e["c2_leaf_pages"], versions)
+        if run.name == "expression-index":  # every update is a version with an entry in t5_c2_idx
+            assert e["c2_row_pointers"] < versions / 4, (run.name, e["c2_row_pointers"], versions)
         if e["plan_at_end"] == "Bitmap Heap Scan" and e["events"].get("autoanalyze", 0) == 0:
             assert e["c2_dead_items"] == 0  # the plan did not change during the run, and a bitmap scan marks none
 
