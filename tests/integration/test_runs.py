@@ -100,6 +100,19 @@ def test_work_sql_is_run_as_written_comments_and_semicolons_included(lab, hot_ro
         lab.pgbench("select 1;", name="work-two", clients=1, duration=1, probes=[], work="select 1, 2")
 
 
+def test_a_work_count_that_blocks_after_the_run_is_given_up_and_the_run_kept(lab, hot_row, monkeypatch, caplog):
+    """The last count runs while Ctrl+C is held: one that waits (a lock on its table) must not hang the kernel."""
+    from labkit import runner
+
+    monkeypatch.setattr(runner, "WORK_AFTER_TIMEOUT_S", 1)
+    lab.sql("update hot set n = 0 where id = 1")
+    work = "select n from hot, pg_sleep(case when n > 0 then 5 else 0 end) where id = 1"  # slow once updated
+    run = lab.pgbench("update hot set n = n + 1 where id = 1;", name="work-blocked", clients=1, duration=2,
+                      probes=[], work=work)
+    assert run.transactions > 0 and "work" not in run.extra
+    assert "no work figures: The work query failed: canceling statement due to statement timeout" in caplog.text
+
+
 def test_too_many_clients(lab):
     limit = int(lab.value("show max_connections"))
     with pytest.raises(UsageError, match=f"{limit + 10} clients need .*need_connections"):

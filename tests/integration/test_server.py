@@ -21,6 +21,7 @@ import psycopg
 import pytest
 
 import labkit
+from labkit import config
 from labkit import lab as lab_module
 from labkit.embedded import INCLUDE_LINE, EmbeddedServer
 from labkit.errors import LabkitError, UsageError
@@ -165,6 +166,58 @@ def test_a_setting_the_server_cannot_start_with_is_undone_and_said(own_server):
     assert own_server.last_start_failure() is None
 
 
+def test_a_value_refused_by_alter_system_leaves_the_settings_written_before_it_as_they_were(own_server):
+    """lab.set(a=..., b=<a value the server refuses>): a, written first, would otherwise stay in
+    postgresql.auto.conf with no pending restart to show it, and keep the next restart from starting."""
+    from labkit.lab import Lab
+
+    lab = Lab(own_server, "half-refused", Profile.named("ci"), messages=[])
+    lab.set(max_connections=120)
+    with pytest.raises(LabkitError, match='invalid value for parameter "work_mem": "bogus"'):
+        lab.set(shared_preload_libraries=NO_SUCH_LIBRARY, max_connections=140, work_mem="bogus")
+    assert own_server.altered() == {"max_connections": "'120'"}
+    own_server.restart()  # starts: nothing of the refused call was left behind
+    assert lab.settings("max_connections").iloc[0]["setting"] == "120"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a Unix socket file (Windows: TCP, no socket file)")
+def test_a_server_whose_socket_file_was_removed_is_still_watched_and_the_next_start_recovers_it(own_server):
+    """A clean-up of the temporary folder can remove the socket file of a running server."""
+    from labkit import watchdog
+
+    before = own_server.postmaster_pid()
+    (own_server.socket_dir / ".s.PGSQL.5432").unlink()
+    assert not own_server.running() and own_server.postmaster_pid() == before
+    assert watchdog._stopped(own_server) is False  # still a server to watch: idle stop, reaping
+    assert own_server.start(Profile.named("ci"), watch=False) is True
+    assert own_server.running() and own_server.postmaster_pid() != before
+    assert not psutil.pid_exists(before) or psutil.Process(before).status() == psutil.STATUS_ZOMBIE
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="file modes (Windows: access lists, in test_platform_private_files)")
+def test_a_home_that_start_makes_is_private_whatever_the_umask(monkeypatch, tmp_path):
+    """The start lock's file is inside the home: taking it first would make the home at the umask's mode."""
+    home = tmp_path / "new home" / "labkit"
+    server = EmbeddedServer(home)
+
+    class Stop(Exception):
+        pass
+
+    def stop_here(self):
+        raise Stop
+
+    monkeypatch.setattr(EmbeddedServer, "_prepare_dirs", stop_here)  # after the lock is taken, before the server
+    old = os.umask(0o002)
+    try:
+        with pytest.raises(Stop):
+            server.start(Profile.named("ci"), watch=False)
+    finally:
+        os.umask(old)
+    mode = stat.S_IMODE(home.stat().st_mode)
+    assert mode & 0o077 == (0o011 if config.is_root() else 0), oct(mode)
+    assert stat.S_IMODE(home.parent.stat().st_mode) & 0o022 == 0  # nor the missing parents labkit made
+
+
 def test_a_server_a_setting_keeps_from_starting_says_how_to_recover_and_the_cli_recovers_it(own_server, monkeypatch,
                                                                                            capsys):
     """A cluster left so by hand, or by an older labkit: labkit.start(), doctor and the way back."""
@@ -226,14 +279,19 @@ def test_a_profile_the_server_cannot_start_with_is_put_back_and_said(own_server)
 
 
 @pytest.mark.posix
-def test_a_failed_start_leaves_a_server_that_was_already_running_alone(own_server):
-    """A tmp cleaner removed the socket file: the server runs, start() fails on its lock file and must not kill it."""
+@pytest.mark.skipif(sys.platform == "win32", reason="a Unix socket file (Windows: TCP, no socket file)")
+def test_a_start_leaves_a_server_without_its_socket_alone_while_another_notebook_uses_it(own_server):
+    """A tmp cleaner removed the socket file while a kernel used the server: start() says so and does not end it."""
     own_server.start(Profile.named("ci"), watch=False)
     postmaster = own_server.postmaster_pid()
     (own_server.socket_dir / ".s.PGSQL.5432").unlink()
-    with pytest.raises(labkit.ServerStartFailed, match="postmaster.pid"):
-        own_server.start(Profile.named("ci"), watch=False)
-    assert psutil.pid_exists(postmaster) and own_server.postmaster_pid() == postmaster
+    own_server.register_kernel()  # this process stands for the other notebook
+    try:
+        with pytest.raises(labkit.ServerStartFailed, match="without its socket file .* `python -m labkit server stop`"):
+            own_server.start(Profile.named("ci"), watch=False)
+        assert psutil.pid_exists(postmaster) and own_server.postmaster_pid() == postmaster
+    finally:
+        own_server.unregister_kernel()
     own_server.stop()  # pg_ctl stop needs no socket: the next start is a clean one
     assert own_server.start(Profile.named("ci"), watch=False) is True
 
