@@ -218,6 +218,25 @@ def test_a_home_that_start_makes_is_private_whatever_the_umask(monkeypatch, tmp_
     assert stat.S_IMODE(home.parent.stat().st_mode) & 0o022 == 0  # nor the missing parents labkit made
 
 
+def test_a_restart_whose_stop_gives_up_puts_the_settings_back_and_says_the_server_never_stopped(own_server,
+                                                                                                  monkeypatch):
+    """pg_ctl stop can time out (a backend that will not end): the server runs on, and the new values must not wait
+    in postgresql.auto.conf for the next restart, nor the student be told it was started again."""
+    from labkit.lab import Lab
+
+    lab = Lab(own_server, "stop-timeout", Profile.named("ci"), messages=[])
+    lab.set(max_connections=120)
+
+    def stop_gives_up():
+        raise labkit.ServerStartFailed("`pg_ctl stop` did not finish within 90 s.")
+
+    monkeypatch.setattr(own_server, "restart", stop_gives_up)
+    with pytest.raises(UsageError, match=r"did not stop for the restart max_connections=150 needs .*put "
+                                         r"max_connections back to '120'; the server runs as before"):
+        lab.set(max_connections=150)
+    assert own_server.running() and own_server.altered() == {"max_connections": "'120'"}
+
+
 def test_a_server_a_setting_keeps_from_starting_says_how_to_recover_and_the_cli_recovers_it(own_server, monkeypatch,
                                                                                            capsys):
     """A cluster left so by hand, or by an older labkit: labkit.start(), doctor and the way back."""
