@@ -201,6 +201,17 @@ class EmbeddedServer(Server):
         self._lock = filelock.FileLock(str(self.home / "server.lock"))
         self._wanted_transport = transport
 
+    def _make_home(self) -> None:
+        """The home, private, before anything is made in it (a lock file or a registry would make it at the umask's mode)."""
+        config.private_dir(self.home, home_mode())
+
+    @contextlib.contextmanager
+    def _locked(self):
+        """The start lock, in a home made private first."""
+        self._make_home()
+        with self._lock:
+            yield
+
     def start_lock(self, timeout_s: float = -1):
         """The lock every start, stop and restart holds (``timeout_s``: how long to wait for it; -1: as long as it takes)."""
         return self._lock.acquire(timeout=timeout_s)
@@ -335,7 +346,6 @@ class EmbeddedServer(Server):
         if ansi_problem(self.home):  # PostgreSQL's programs take their arguments in the ANSI code page on Windows
             raise LabkitError(f"PostgreSQL on Windows cannot use the folder {self.home}: set LABKIT_HOME to a "
                               "folder whose path this system's code page can write (e.g. C:\\labkit).")
-        config.private_dir(self.home, home_mode())
         service_user.check_reachable(self.home)
         service_user.let_in(self.home)
         for folder in (self.data_dir, self.log_dir):  # labkit's own, inside the home
@@ -404,16 +414,14 @@ class EmbeddedServer(Server):
 
     def start(self, profile: Profile, *, watch: bool = True) -> bool:
         """Start the server unless it runs (True when this call started it); and a watchdog unless one watches."""
-        # the home first, private: taking the lock inside it would make it at the umask's mode
-        config.private_dir(self.home, home_mode())
-        with self._lock:
+        with self._locked():
             self._prepare_dirs()
             started = not self.running()
             if started and self.postmaster_pid() is not None:
                 # a postmaster without its socket file (a clean-up of the temporary folder removed it): nobody
                 # can connect to it, and it holds the data folder. Unused, it is stopped and started again below;
                 # a notebook still connected to it, or a run, is not ended without a word
-                if self.kernels.live() or self.pgbench.live_entries():
+                if self.other_kernels() or self.pgbench.live_entries():
                     raise ServerStartFailed(
                         f"The lab server runs without its socket file ({self.socket_dir}: removed by a clean-up of "
                         "the temporary folder?), so nothing can connect to it, and another notebook still uses it. "
@@ -544,7 +552,7 @@ class EmbeddedServer(Server):
 
     def undo_settings(self, values: dict[str, str | None]) -> bool:
         """After a restart the server refused: these settings put back as they were, and the server started again."""
-        with self._lock:
+        with self._locked():
             if not self.running():
                 self._write_auto_conf(values)
                 self._remove_stale_pid_file()
@@ -559,7 +567,7 @@ class EmbeddedServer(Server):
 
         For a server that such a setting keeps from starting (``python -m labkit server reset-settings``).
         """
-        with self._lock:
+        with self._locked():
             if self.running():
                 raise UsageError("The lab server runs: change its settings with lab.set(...), or put one back with "
                                  "ALTER SYSTEM RESET name in %%sql.")
@@ -579,7 +587,9 @@ class EmbeddedServer(Server):
             pid_file.unlink()
 
     def stop(self, mode: str = "fast") -> bool:
-        with self._lock:
+        if not self.initialized():  # nothing to stop (and no home to make for the lock)
+            return False
+        with self._locked():
             if not self.initialized() or self.postmaster_pid() is None:
                 return False
             self._program("pg_ctl", "stop", "-D", str(self.data_dir), "-m", mode, "-w", "-t", "30", timeout=60)
@@ -588,7 +598,7 @@ class EmbeddedServer(Server):
 
     def stop_if_unused(self) -> bool:
         """Stop the server unless a kernel uses it, under the start lock (a kernel starting now waits)."""
-        with self._lock:
+        with self._locked():
             if self.kernels.live():
                 return False
             self.stop()
@@ -596,7 +606,7 @@ class EmbeddedServer(Server):
 
     def restart(self) -> None:
         """Stop the server, then start it: two steps, so that a start that fails is told from a stop that did."""
-        with self._lock:
+        with self._locked():
             if self.postmaster_pid() is not None:
                 self._program("pg_ctl", "stop", "-D", str(self.data_dir), "-m", "fast", "-w", "-t", "60", timeout=90)
             def before_each(attempt: int) -> None:
@@ -620,6 +630,7 @@ class EmbeddedServer(Server):
     # -- kernels using the server, and the watchdog that stops it when none does
 
     def register_kernel(self) -> None:
+        self._make_home()  # before the registry's folder is made in it
         self.kernels.add()
 
     def unregister_kernel(self) -> None:

@@ -123,8 +123,10 @@ def test_a_home_labkit_did_not_make_keeps_its_mode_and_an_open_one_is_said():
     home = Path(tempfile.mkdtemp(prefix="labkit-shared home-"))
     home.chmod(0o1777)
     try:
+        server = EmbeddedServer(home)
         with pytest.warns(UserWarning, match=r"is writable by its group and every user \(mode 1777\)"):
-            EmbeddedServer(home)._prepare_dirs()
+            with server._locked():  # as start() prepares its folders: under the lock, in the home made first
+                server._prepare_dirs()
         assert stat.S_IMODE(home.stat().st_mode) == 0o1777
         assert stat.S_IMODE((home / "cluster").stat().st_mode) == 0o700  # what labkit made there is private
         assert stat.S_IMODE((home / "log").stat().st_mode) == 0o700
@@ -189,7 +191,11 @@ def test_a_server_whose_socket_file_was_removed_is_still_watched_and_the_next_st
     (own_server.socket_dir / ".s.PGSQL.5432").unlink()
     assert not own_server.running() and own_server.postmaster_pid() == before
     assert watchdog._stopped(own_server) is False  # still a server to watch: idle stop, reaping
-    assert own_server.start(Profile.named("ci"), watch=False) is True
+    own_server.register_kernel()  # as labkit.start() registers its own kernel before it starts the server
+    try:
+        assert own_server.start(Profile.named("ci"), watch=False) is True
+    finally:
+        own_server.unregister_kernel()
     assert own_server.running() and own_server.postmaster_pid() != before
     assert not psutil.pid_exists(before) or psutil.Process(before).status() == psutil.STATUS_ZOMBIE
 
@@ -304,13 +310,17 @@ def test_a_start_leaves_a_server_without_its_socket_alone_while_another_notebook
     own_server.start(Profile.named("ci"), watch=False)
     postmaster = own_server.postmaster_pid()
     (own_server.socket_dir / ".s.PGSQL.5432").unlink()
-    own_server.register_kernel()  # this process stands for the other notebook
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # the other notebook's kernel
+    own_server.kernels.add(other.pid)
+    own_server.register_kernel()  # and this one, as labkit.start() registers it before it starts the server
     try:
         with pytest.raises(labkit.ServerStartFailed, match="without its socket file .* `python -m labkit server stop`"):
             own_server.start(Profile.named("ci"), watch=False)
         assert psutil.pid_exists(postmaster) and own_server.postmaster_pid() == postmaster
     finally:
         own_server.unregister_kernel()
+        other.kill()
+        other.wait()
     own_server.stop()  # pg_ctl stop needs no socket: the next start is a clean one
     assert own_server.start(Profile.named("ci"), watch=False) is True
 
@@ -511,6 +521,29 @@ def test_a_failed_check_is_logged_and_a_dead_watchdog_is_replaced(monkeypatch):
             psutil.Process(server.watchdog_pid()).kill()
         server.stop(mode="immediate")
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="file modes (Windows: access lists, in test_platform_private_files)")
+def test_a_home_whose_parents_labkit_makes_lets_the_server_in_and_no_one_else(monkeypatch):
+    """labkit.start() registers its kernel, then starts the server: both may make the home and its parents."""
+    from labkit.embedded import home_mode
+
+    base = Path(tempfile.mkdtemp(prefix="labkit-parents-"))
+    base.chmod(0o711)  # the test's own folder: as root, the server's user must pass through it
+    home = base / "missing parent" / "home"
+    server = EmbeddedServer(home)
+    old = os.umask(0o002)
+    try:
+        server.register_kernel()  # as labkit.start() does, first
+        server.start(Profile.named("ci"), watch=False)
+        assert server.running()
+        for folder in (home, home.parent):
+            assert stat.S_IMODE(folder.stat().st_mode) == home_mode(), (folder, oct(folder.stat().st_mode))
+    finally:
+        os.umask(old)
+        server.unregister_kernel()
+        server.stop(mode="immediate")
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_a_stopped_server_is_server_gone_from_a_session_and_a_check_too():

@@ -107,3 +107,11 @@ def test_a_watchdog_whose_home_was_removed_ends_without_making_it_again():
     home.rmdir()  # the home removed whole, its server stopped
     assert _stopped(server) is True
     assert not home.exists()  # taking the start lock would have made the folder again
+
+
+def test_a_watchdog_that_begins_after_its_home_was_removed_does_not_make_it_again(tmp_path):
+    from labkit import watchdog
+
+    home = tmp_path / "removed home"
+    watchdog.watch(home)  # its lock file and log would be made inside the home
+    assert not home.exists()
