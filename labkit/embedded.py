@@ -545,7 +545,7 @@ class EmbeddedServer(Server):
             return {}
 
     def _write_auto_conf(self, values: dict[str, str | None]) -> None:
-        """Put these settings back in postgresql.auto.conf (None: removed), the server stopped (it rewrites the file)."""
+        """Put these settings back in postgresql.auto.conf (None: removed): the file the server reads when it starts."""
         path = self.data_dir / AUTO_CONF
         config.write_private(path, with_settings(path.read_text(encoding=ENCODING), values))
         service_user.give(path)
@@ -553,11 +553,17 @@ class EmbeddedServer(Server):
     def undo_settings(self, values: dict[str, str | None]) -> bool:
         """After a restart the server refused: these settings put back as they were, and the server started again."""
         with self._locked():
-            if not self.running():
-                self._write_auto_conf(values)
+            # the file is what the next start reads: written also when the server never stopped (pg_ctl stop gave
+            # up; it runs on, or is still stopping), and then reloaded, for the settings a reload applies
+            self._write_auto_conf(values)
+            if self.postmaster_pid() is None:
                 self._remove_stale_pid_file()
                 self._start_postmaster()
-        log.info("put back %s and started the server again", ", ".join(values))
+                log.info("put back %s and started the server again", ", ".join(values))
+            else:
+                with contextlib.suppress(ServerStartFailed):  # a server still stopping takes no reload: none needed
+                    self._program("pg_ctl", "reload", "-D", str(self.data_dir), "-s", timeout=30)
+                log.info("put back %s in %s; the server had not stopped", ", ".join(values), AUTO_CONF)
         if self.watchdog_pid() is None:  # none if it left meanwhile (it leaves a server found stopped twice)
             self.spawn_watchdog()
         return True

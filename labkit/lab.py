@@ -282,16 +282,7 @@ class Lab:
         why = failure.reason or failure.short
         back = ", ".join(f"{name} back to {value!r}" if value is not None else f"{name} back to its default"
                          for name, value in before.items())
-        if self.server.running():  # it never stopped (pg_ctl stop gave up): the values are put back as ALTER SYSTEM does
-            try:
-                with db.connect(self.server.admin_conninfo()) as connection:
-                    _put_back(connection, list(before), {name: value for name, value in before.items() if value is not None})
-            except psycopg.Error as error:
-                return LabkitError(f"The server did not stop for the restart {asked} needs ({why}), and labkit could "
-                                   f"not put them back: {db.message(error)}. `python -m labkit server reset-settings` "
-                                   "removes them.")
-            return UsageError(f"The server did not stop for the restart {asked} needs ({why}): labkit put {back}; the "
-                              "server runs as before. Try again once no run is going.")
+        never_stopped = self.server.running()  # pg_ctl stop gave up: the server runs on, or is still stopping
         try:
             undone = self.server.undo_settings(before)
         except ServerStartFailed as again:
@@ -299,6 +290,10 @@ class Lab:
                                      f"back: {again.short}", detail=again.detail, reason=again.reason)
         if not undone:
             return failure
+        if never_stopped:
+            return UsageError(f"The server did not stop for the restart {asked} needs ({why}): labkit put {back} in "
+                              "ALTER SYSTEM's file, which the server reads when it starts. It runs as before, or is "
+                              "still stopping (labkit.start() then starts it again). Try again once no run is going.")
         return UsageError(f"The server would not start with {asked}: {why}. labkit put {back} and started the "
                           "server again (sessions connect again by themselves): choose another value.")
 

@@ -124,9 +124,10 @@ def test_a_home_labkit_did_not_make_keeps_its_mode_and_an_open_one_is_said():
     home.chmod(0o1777)
     try:
         server = EmbeddedServer(home)
-        with pytest.warns(UserWarning, match=r"is writable by its group and every user \(mode 1777\)"):
+        with pytest.warns(UserWarning, match=r"is writable by its group and every user \(mode 1777\)") as said:
             with server._locked():  # as start() prepares its folders: under the lock, in the home made first
                 server._prepare_dirs()
+        assert len([w for w in said if "writable" in str(w.message)]) == 1  # said once per start
         assert stat.S_IMODE(home.stat().st_mode) == 0o1777
         assert stat.S_IMODE((home / "cluster").stat().st_mode) == 0o700  # what labkit made there is private
         assert stat.S_IMODE((home / "log").stat().st_mode) == 0o700
@@ -238,9 +239,12 @@ def test_a_restart_whose_stop_gives_up_puts_the_settings_back_and_says_the_serve
 
     monkeypatch.setattr(own_server, "restart", stop_gives_up)
     with pytest.raises(UsageError, match=r"did not stop for the restart max_connections=150 needs .*put "
-                                         r"max_connections back to '120'; the server runs as before"):
+                                         r"max_connections back to '120' in ALTER SYSTEM's file"):
         lab.set(max_connections=150)
     assert own_server.running() and own_server.altered() == {"max_connections": "'120'"}
+    own_server.stop()  # as a stop that went on by itself: the next start reads the values put back
+    own_server.start(Profile.named("ci"), watch=False)
+    assert lab.settings("max_connections").iloc[0]["setting"] == "120"
 
 
 def test_a_server_a_setting_keeps_from_starting_says_how_to_recover_and_the_cli_recovers_it(own_server, monkeypatch,

@@ -115,3 +115,9 @@ def test_a_watchdog_that_begins_after_its_home_was_removed_does_not_make_it_agai
     home = tmp_path / "removed home"
     watchdog.watch(home)  # its lock file and log would be made inside the home
     assert not home.exists()
+
+
+def test_stopping_a_server_that_was_never_made_makes_no_home(tmp_path):
+    home = tmp_path / "never made"
+    assert EmbeddedServer(home).stop() is False
+    assert not home.exists()
