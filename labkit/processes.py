@@ -177,7 +177,7 @@ class HeldInterrupts:
     def hold(self) -> None:
         if self._held or threading.current_thread() is not threading.main_thread():
             return
-        previous = signal.getsignal(signal.SIGINT)  # SIG_DFL and SIG_IGN are put back as they were
+        previous = signal.getsignal(signal.SIGINT)  # every OS; SIG_DFL and SIG_IGN are put back as found
         self._previous = signal.default_int_handler if previous is None else previous  # None: set outside Python
         signal.signal(signal.SIGINT, self._note)  # every OS: Python raises SIGINT for Ctrl+C on Windows too
         self._held = True
