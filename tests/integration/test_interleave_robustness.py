@@ -26,7 +26,7 @@ session s2
 setup { begin; }
 step s2kill { select pg_terminate_backend(pid) as ended from idle_kill_pids where name = 's1'; }
 step s2gone { do $$ begin while exists (select from pg_stat_activity a join idle_kill_pids p on a.pid = p.pid)
-               loop perform pg_sleep(0.01); end loop; end $$; }
+               loop perform pg_sleep(0.01); perform pg_stat_clear_snapshot(); end loop; end $$; }
 step s2u { update idle_kill set id = id where id = 1; }
 step s2c { commit; }
 permutation s2kill s2gone s1lock s2u s2c
