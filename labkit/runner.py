@@ -149,6 +149,16 @@ class Target:
     log_file: Path | None = None  # the server's log, where labkit can read it (the lock waits it logged)
 
 
+def _run_folder() -> Path:
+    """A new folder for one run's pgbench logs, in the system's temporary folder; a clear error where none can be made."""
+    try:
+        return Path(tempfile.mkdtemp(prefix="labkit-run-"))
+    except OSError as error:
+        raise UsageError(f"labkit could not make a folder for the run's logs in {tempfile.gettempdir()} "
+                         f"({error.strerror or error}): free some space there, or set TMPDIR (TEMP on Windows) "
+                         "to a folder you can write.") from None
+
+
 class PgbenchRunner:
     """Runs one :class:`~labkit.pgbench.Spec` against a :class:`Target` and returns its :class:`Run`."""
 
@@ -184,11 +194,12 @@ class PgbenchRunner:
 
     def _measure(self, spec: pgbench.Spec, probes: Sequence[Probe], observer: Observer | None, work: str | None,
                  perf: bool, own_probes: Sequence[str], tags: dict | None, held: processes.HeldInterrupts) -> Run:
-        workdir = Path(tempfile.mkdtemp(prefix="labkit-run-"))
+        workdir: Path | None = None
         attach: _PerfAttach | None = None
         work_before = 0.0
-        log_start = serverlog.position(self.target.log_file)
-        try:
+        try:  # from here on the kernel's run lock is let go of, whatever fails
+            workdir = _run_folder()
+            log_start = serverlog.position(self.target.log_file)
             chosen = [p for p in probes if p.name != WORK] + ([work_probe(work)] if work else [])
             chosen += [HELD_BY_PROBE] if HELD_BY in own_probes else []
             _check_probe_names(chosen)
@@ -203,7 +214,8 @@ class PgbenchRunner:
             if perf:
                 run.extra["perf"] = attach.figures() if attach is not None else perf_module.figures(None, self._no_perf)
         finally:
-            shutil.rmtree(workdir, ignore_errors=True)
+            if workdir is not None:
+                shutil.rmtree(workdir, ignore_errors=True)
             if attach is not None:
                 attach.cleanup()
             _ONE_RUN.release()

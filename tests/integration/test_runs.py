@@ -284,6 +284,18 @@ def test_one_run_at_a_time(lab):
     assert "first" not in results
 
 
+def test_a_run_that_cannot_make_its_log_folder_says_so_and_the_next_run_goes_ahead(lab, monkeypatch):
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(runner.tempfile, "mkdtemp", full)
+    with pytest.raises(UsageError, match="could not make a folder for the run's logs .*No space left"):
+        lab.pgbench("select 1;", name="no-room", clients=1, duration=1)
+    monkeypatch.undo()
+    assert not runner._ONE_RUN.locked()  # the kernel's run lock was let go of
+    assert lab.pgbench("select 1;", name="room-again", clients=1, duration=1).transactions > 0
+
+
 @pytest.mark.linux
 def test_a_killed_kernel_leaves_no_pgbench(tmp_path):
     code = ("import labkit; lab = labkit.start('tests');"
