@@ -10,7 +10,11 @@ probes and from a student's named sessions:
 | a run's clients      | ``labkit-run-<hex>``  | pgbench (``PGAPPNAME``), one name per run   |
 | the probes           | ``labkit-probe``      | the sampler beside a run                    |
 | the lock monitor     | ``labkit-monitor``    | the sessions, to see who blocks whom; an    |
-|                      |                       | experiment's counts of server events        |
+|                      |                       | experiment's counts of server events; a     |
+|                      |                       | ``%%steps`` spec's control connection, which|
+|                      |                       | also runs the spec's ``setup`` and          |
+|                      |                       | ``teardown`` SQL, as the isolation tester   |
+|                      |                       | runs them on its own control connection     |
 | everything else      | ``labkit-admin``      | settings, databases, checks, the watchdog,  |
 |                      |                       | and ``lab.connect``, ``lab.value``,         |
 |                      |                       | ``lab.copy``, ``lab.engine``                |

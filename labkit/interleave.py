@@ -73,6 +73,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .errors import UsageError
+from .queries import query
 
 if TYPE_CHECKING:
     from psycopg.waiting import Ready, Wait
@@ -564,19 +565,6 @@ class Outcome:
         import html
 
         return f"<pre>{html.escape(self.text)}</pre>"
-
-
-LOCK_QUERY = """
-select l.locktype, l.mode,
-       coalesce(l.relation::regclass::text, '') || coalesce(' page ' || l.page, '')
-         || coalesce(' tuple ' || l.tuple, '') || coalesce(l.transactionid::text, '')
-         || coalesce(l.virtualxid, '')
-         || case when l.locktype = 'advisory' then l.classid::text || ',' || l.objid::text else '' end as what,
-       pg_blocking_pids(l.pid) as held_by
-from pg_locks l
-where l.pid = %(pid)s and not l.granted
-limit 1
-"""
 
 
 # ----------------------------------------------------------------------------- one statement, as libpq sees it
@@ -1234,7 +1222,7 @@ class _Runner:
         import psycopg
 
         try:
-            row = self.control.execute(LOCK_QUERY, {"pid": pid}).fetchone()
+            row = self.control.execute(query("lock_of"), {"pid": pid}).fetchone()
         except psycopg.Error as error:  # the lanes go without it; the tester's own question is _blocked's
             log.info("could not read the lock of pid %s: %s", pid, error)
             return {}
