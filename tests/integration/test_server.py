@@ -135,6 +135,28 @@ def test_a_home_labkit_did_not_make_keeps_its_mode_and_an_open_one_is_said():
         shutil.rmtree(home, ignore_errors=True)
 
 
+@pytest.mark.posix
+@pytest.mark.parametrize("name", ["log", "cluster", "run"])
+def test_a_folder_of_labkits_names_that_labkit_did_not_make_is_left_as_it_is_and_said(name):
+    """A project folder given as LABKIT_HOME that has its own ``log/`` (0755): its mode and owner stay."""
+    home = Path(tempfile.mkdtemp(prefix="labkit-given home-"))
+    try:
+        theirs = home / name
+        theirs.mkdir()
+        theirs.chmod(0o755)
+        owner = theirs.stat().st_uid
+        server = EmbeddedServer(home)
+        if name == "run" and server.socket_dir != theirs:
+            pytest.skip("the socket folder is in the temporary folder here (the home's path is too long)")
+        with pytest.raises(LabkitError, match=rf"{name} is open to others \(mode 755\): labkit did not make it"):
+            with server._locked():
+                server._prepare_dirs()
+        assert stat.S_IMODE(theirs.stat().st_mode) == 0o755
+        assert theirs.stat().st_uid == owner
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
 @pytest.fixture
 def own_server():
     """A server of the test's own (one it may leave unable to start), stopped and removed at the end."""
