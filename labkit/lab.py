@@ -251,6 +251,7 @@ class Lab:
                     raise
                 connection.execute("select pg_reload_conf()")
                 _wait_for_reload(connection, loaded)
+                self._undo_if_no_one_can_connect(connection, settings, altered)
             log.info("set %s with ALTER SYSTEM", ", ".join(f"{name}={value!r}" for name, value in settings.items()))
         except psycopg.Error as error:
             raise LabkitError(f"Could not change the settings: {db.message(error)}") from None
@@ -271,6 +272,32 @@ class Lab:
         after = self.settings(*settings).set_index("name")["setting"].to_dict()
         return pd.DataFrame([{"name": n, "before": before.get(n), "after": after.get(n), "restarted": restarted}
                              for n in settings])
+
+    def _undo_if_no_one_can_connect(self, connection, settings: dict, altered: dict[str, str] | None) -> None:
+        """After the reload: where a new connection is refused (a ``session_preload_libraries`` that is not there),
+        the values are put back over ``connection``, which still works, and the student is told why.
+
+        Left in ALTER SYSTEM's file, such a value would lock every notebook out of the server.
+        """
+        try:
+            db.connect(self.server.admin_conninfo()).close()
+            return
+        except psycopg.OperationalError as error:
+            why = db.message(error)
+            why = why.split("FATAL:", 1)[-1].strip()  # libpq's "connection to server ... failed: FATAL:  <reason>"
+        if "too many clients" in why or "connection slots" in why:  # full, not refused: the setting is not the cause
+            return
+        asked = ", ".join(f"{name}={value!r}" for name, value in settings.items())
+        if altered is None:  # this role may not read what ALTER SYSTEM held: reset to the server's own configuration
+            altered = {}
+        loaded = db.one(connection, query("conf_load_time"))
+        _put_back(connection, list(settings), altered)
+        connection.execute("select pg_reload_conf()")
+        _wait_for_reload(connection, loaded)
+        back = ", ".join(f"{name} back to {altered[name.lower()]!r}" if altered.get(name.lower()) is not None
+                         else f"{name} back to its default" for name in settings)
+        raise UsageError(f"With {asked} the server refuses every new connection ({why}): labkit put {back}. "
+                         "Choose another value.")
 
     def _refused(self, settings: dict, before: dict[str, str | None], failure: ServerStartFailed) -> LabkitError:
         """The error to raise when the server would not start with new settings: they are undone first, if labkit can.

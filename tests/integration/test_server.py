@@ -191,6 +191,21 @@ def test_a_setting_the_server_cannot_start_with_is_undone_and_said(own_server):
     assert own_server.last_start_failure() is None
 
 
+def test_a_setting_after_which_no_connection_starts_is_undone_and_said(own_server):
+    """A reload applies session_preload_libraries to every new backend: one that is not there would lock every
+    notebook out of the server (each connection ends with FATAL) until someone edits postgresql.auto.conf."""
+    from labkit.lab import Lab
+
+    lab = Lab(own_server, "locked-out", Profile.named("ci"), messages=[])
+    with pytest.raises(UsageError) as raised:
+        lab.set(session_preload_libraries=NO_SUCH_LIBRARY)
+    assert str(raised.value).startswith(f"With session_preload_libraries='{NO_SUCH_LIBRARY}' the server refuses "
+                                        "every new connection (could not access file")
+    assert str(raised.value).endswith("labkit put session_preload_libraries back to its default. Choose another value.")
+    assert lab.settings("session_preload_libraries").iloc[0]["setting"] == ""  # over a new connection
+    assert own_server.altered() == {}
+
+
 def test_a_value_refused_by_alter_system_leaves_the_settings_written_before_it_as_they_were(own_server):
     """lab.set(a=..., b=<a value the server refuses>): a, written first, would otherwise stay in
     postgresql.auto.conf with no pending restart to show it, and keep the next restart from starting."""
