@@ -20,10 +20,12 @@ next start removes the containers of this machine's processes that are gone (:fu
 from __future__ import annotations
 
 import atexit
+import io
 import logging
 import os
 import secrets
 import socket
+import tarfile
 import time
 import warnings
 from collections.abc import Callable
@@ -179,15 +181,21 @@ def container_environment(profile: Profile, password: str) -> dict[str, str]:
     return {"POSTGRES_PASSWORD": password, "LABKIT_SETTINGS": "\n".join(lines)}
 
 
-def wait_until_answers(conninfo: Callable[[], str], timeout_s: float = 60.0, pause_s: float = 0.25) -> int:
+def wait_until_answers(conninfo: Callable[[], str], timeout_s: float = 60.0, pause_s: float = 0.25,
+                       gone: Callable[[], str | None] = lambda: None) -> int:
     """Wait until the server at ``conninfo()`` (asked anew each time) accepts a connection; the attempts made.
 
     A restarted container may come back on another port, and answers only once recovery is done.
+    ``gone()`` says why the server will not come back (its container stopped), None while it may.
     """
     deadline = time.monotonic() + timeout_s
     attempts = 0
     while True:
         attempts += 1
+        why = gone()
+        if why is not None:
+            raise ServerStartFailed("The lab server's container stopped after a restart: its server would not "
+                                    "start.", detail=why, reason=_reason(why))
         try:
             with db.connect(conninfo(), timeout_s=2) as connection:
                 connection.execute("select 1")
@@ -211,6 +219,18 @@ def _local_engine() -> bool:
 
     host = get_docker_host()
     return host is None or host.startswith(("unix://", "npipe://"))
+
+
+def _reason(log_text: str) -> str | None:
+    """The server's reason for not starting, from its container's log: the last FATAL that is not a client's refusal.
+
+    >>> _reason("FATAL:  the database system is starting up\\nFATAL:  could not access file 'x': No such file")
+    "could not access file 'x': No such file"
+    """
+    from .serverlog import FATAL
+
+    found = [match.strip() for match in FATAL.findall(log_text) if not match.startswith("the database system is")]
+    return found[-1] if found else None
 
 
 def _container_log(container) -> str | None:
@@ -343,7 +363,50 @@ class DockerServer(Server):
             raise LabkitError("The docker server is not started: run labkit.start() first.")
         log.info("restarting the lab server's container")
         self.container.get_wrapped_container().restart()
-        wait_until_answers(self.conninfo)
+        wait_until_answers(self.conninfo, gone=self._exited)
+
+    def _exited(self) -> str | None:
+        """The container's own log when it has stopped (its server would not start), None while it runs."""
+        if self.container is None:
+            return "the container was stopped"
+        wrapped = self.container.get_wrapped_container()
+        wrapped.reload()
+        if wrapped.status in ("running", "restarting", "created"):
+            return None
+        return _container_log(self.container) or f"the container is {wrapped.status}"
+
+    def undo_settings(self, values: dict[str, str | None]) -> bool:
+        """After a restart the server refused: these settings put back, and the container started again.
+
+        They are written in the stopped container's postgresql.auto.conf (the engine copies files in
+        and out of a stopped container), so it starts with its data as it was. False while it still
+        runs (nothing to undo here).
+        """
+        from .embedded import AUTO_CONF, with_settings
+
+        if self.container is None:
+            return False
+        wrapped = self.container.get_wrapped_container()
+        wrapped.reload()
+        if wrapped.status == "running":
+            return False
+        env = dict(item.split("=", 1) for item in wrapped.attrs["Config"]["Env"] or [] if "=" in item)
+        folder = env.get("PGDATA", "/var/lib/postgresql/data")
+        stream, _ = wrapped.get_archive(f"{folder}/{AUTO_CONF}")
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
+            member = archive.getmembers()[0]
+            extracted = archive.extractfile(member)
+            text = extracted.read().decode("utf-8") if extracted is not None else ""
+        written = with_settings(text, values).encode("utf-8")
+        member.size = len(written)
+        out = io.BytesIO()
+        with tarfile.open(fileobj=out, mode="w") as archive:
+            archive.addfile(member, io.BytesIO(written))  # its owner and mode as they were
+        wrapped.put_archive(folder, out.getvalue())
+        wrapped.start()
+        wait_until_answers(self.conninfo, gone=self._exited)
+        log.info("put back %s in the container and started it again", ", ".join(values))
+        return True
 
     def running(self) -> bool:
         if self.container is None:

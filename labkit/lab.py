@@ -274,8 +274,10 @@ class Lab:
                              for n in settings])
 
     def _undo_if_no_one_can_connect(self, connection, settings: dict, altered: dict[str, str] | None) -> None:
-        """After the reload: where a new connection is refused (a ``session_preload_libraries`` that is not there),
-        the values are put back over ``connection``, which still works, and the student is told why.
+        """After the reload: where a new connection is refused, the values are put back and the student told why.
+
+        A ``session_preload_libraries`` that is not there ends every new connection; ``connection``,
+        opened before, still works and puts the values back.
 
         Left in ALTER SYSTEM's file, such a value would lock every notebook out of the server.
         """

@@ -13,6 +13,7 @@ import pytest
 import labkit
 from labkit.backend import lab_settings
 from labkit.docker_backend import base_problem, engine_problem
+from labkit.errors import UsageError
 from tests import utf8_child
 
 # an engine, and the lab image's base in its store or a registry (where neither: one line says which)
@@ -72,6 +73,21 @@ def test_a_setting_that_needs_a_restart_restarts_the_same_container(docker_lab):
     finally:
         docker_lab.set(max_connections=before)
     assert int(docker_lab.value("show max_connections")) == before
+
+
+def test_a_setting_the_server_cannot_start_with_is_put_back_in_the_same_container(docker_lab):
+    """Left in the container's postgresql.auto.conf, the value would keep its server down; the next labkit.start()
+    would then start a new container, with an empty cluster: the notebook's tables gone."""
+    container = docker_lab.server.container.get_wrapped_container().id
+    docker_lab.sql("create table if not exists kept_through_a_refused_restart (x int)")
+    with pytest.raises(UsageError) as raised:
+        docker_lab.set(shared_preload_libraries="labkit_no_such_library")
+    said = str(raised.value)
+    assert said.startswith("The server would not start with shared_preload_libraries='labkit_no_such_library': "
+                           'could not access file "labkit_no_such_library"'), said
+    assert "labkit put shared_preload_libraries back to its default and started the server again" in said
+    assert docker_lab.server.container.get_wrapped_container().id == container
+    assert docker_lab.value("select to_regclass('kept_through_a_refused_restart') is not null")
 
 
 def test_starting_again_in_the_same_process_reuses_the_container(docker_lab):
