@@ -580,7 +580,7 @@ class EmbeddedServer(Server):
             self._write_auto_conf(values)
             if self.postmaster_pid() is None:
                 self._remove_stale_pid_file()
-                self._start_postmaster()
+                self._start_on_a_free_port(self._move_port_after_the_first)
                 log.info("put back %s and started the server again", ", ".join(values))
             else:
                 with contextlib.suppress(ServerStartFailed):  # a server still stopping takes no reload: none needed
@@ -637,12 +637,13 @@ class EmbeddedServer(Server):
         with self._locked():
             if self.postmaster_pid() is not None:
                 self._program("pg_ctl", "stop", "-D", str(self.data_dir), "-m", "fast", "-w", "-t", "60", timeout=90)
-            def before_each(attempt: int) -> None:
-                if attempt > 1:  # the port was taken while the server was stopped
-                    self._move_port()
-
-            self._start_on_a_free_port(before_each)
+            self._start_on_a_free_port(self._move_port_after_the_first)
             log.info("restarted the server in %s", self.home)
+
+    def _move_port_after_the_first(self, attempt: int) -> None:
+        """Before a start again: on its second attempt and later, another TCP port (taken while the server was stopped)."""
+        if attempt > 1:
+            self._move_port()
 
     def status(self) -> Status:
         running = self.running()
