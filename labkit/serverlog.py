@@ -3,10 +3,12 @@
 With ``log_lock_waits`` on (every lab server has it), a backend whose lock wait reaches
 ``deadlock_timeout`` runs the deadlock check and then logs ``process N still waiting for ... after
 X ms``; when it gets the lock it logs ``process N acquired ... after Y ms`` (``ProcSleep`` in
-src/backend/storage/lmgr/proc.c). So the count of "still waiting" lines is how many waits lasted
-``deadlock_timeout`` or longer, and how many times the deadlock check ran: a direct count that a
-sampled probe cannot give, and one a transaction's latency cannot either (a transaction can wait
-many times, each wait short).
+src/backend/storage/lmgr/proc.c). A backend woken again before its lock is granted (its latch set
+by anything) logs "still waiting" once more, so one wait can leave several such lines: the waits
+are counted per process, from its first "still waiting" line to its "acquired" line (or the end),
+which is how many waits lasted ``deadlock_timeout`` or longer, each of which ran the deadlock check
+once: a direct count that a sampled probe cannot give, and one a transaction's latency cannot either
+(a transaction can wait many times, each wait short).
 
 Only a server whose log labkit can read (the embedded one) gives these figures; elsewhere the
 record says so (None). The log is read from where it stood when the run began: lines that other
@@ -21,8 +23,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-STILL_WAITING = re.compile(r"process \d+ still waiting for (\w+) on (\w+)[^\n]* after ([\d.]+) ms")
-ACQUIRED = re.compile(r"process \d+ acquired (\w+) on (\w+)[^\n]* after ([\d.]+) ms")
+LOCK_LINE = re.compile(r"process (\d+) (still waiting for|acquired) (\w+) on (\w+)[^\n]* after ([\d.]+) ms")
 DEADLOCK = re.compile(r"ERROR:\s+deadlock detected")
 FATAL = re.compile(r"\b(?:FATAL|PANIC):\s+(.*)")
 PORT_TAKEN = re.compile(r"could not (?:bind|create any TCP/IP sockets)")
@@ -46,23 +47,33 @@ def lock_waits(log_file: Path | str | None, since: int | None) -> dict | None:
     >>> _ = path.write_text("old line\\n"
     ...     "2026-11-26 LOG:  process 7 still waiting for ShareLock on transaction 9 after 1000.1 ms\\n"
     ...     "2026-11-26 DETAIL:  Process holding the lock: 8. Wait queue: 7.\\n"
+    ...     "2026-11-26 LOG:  process 7 still waiting for ShareLock on transaction 9 after 1200.0 ms\\n"
     ...     "2026-11-26 LOG:  process 7 acquired ShareLock on transaction 9 after 1523.4 ms\\n")
     >>> lock_waits(path, start)
-    {'still_waiting': 1, 'acquired': 1, 'deadlocks': 0, 'longest_wait_ms': 1523.4, 'by_lock': {'ShareLock on transaction': 1}}
+    {'waits': 1, 'still_waiting_lines': 2, 'acquired': 1, 'deadlocks': 0, 'longest_wait_ms': 1523.4, 'by_lock': {'ShareLock on transaction': 1}}
     >>> lock_waits(None, None) is None
     True
     """
     if since is None or not log_file or position(log_file) is None:
         return None
     text = _since(log_file, since)
-    waiting = STILL_WAITING.findall(text)
-    acquired = ACQUIRED.findall(text)
+    open_waits: set[str] = set()  # processes between their first "still waiting" line and "acquired"
+    waits = lines = acquired = 0
     by_lock: dict[str, int] = {}
-    for mode, kind, _ in waiting:
-        by_lock[f"{mode} on {kind}"] = by_lock.get(f"{mode} on {kind}", 0) + 1
-    longest = max((float(ms) for *_, ms in waiting + acquired), default=None)
-    return {"still_waiting": len(waiting), "acquired": len(acquired), "deadlocks": len(DEADLOCK.findall(text)),
-            "longest_wait_ms": longest, "by_lock": by_lock}
+    longest: float | None = None
+    for pid, what, mode, kind, ms in LOCK_LINE.findall(text):
+        longest = max(longest or 0.0, float(ms))
+        if what == "acquired":
+            acquired += 1
+            open_waits.discard(pid)
+            continue
+        lines += 1
+        if pid not in open_waits:  # a new wait; a second line of the same one otherwise
+            open_waits.add(pid)
+            waits += 1
+            by_lock[f"{mode} on {kind}"] = by_lock.get(f"{mode} on {kind}", 0) + 1
+    return {"waits": waits, "still_waiting_lines": lines, "acquired": acquired,
+            "deadlocks": len(DEADLOCK.findall(text)), "longest_wait_ms": longest, "by_lock": by_lock}
 
 
 def _since(log_file: Path | str | None, since: int | None) -> str:
