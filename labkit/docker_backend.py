@@ -197,7 +197,15 @@ def wait_until_answers(conninfo: Callable[[], str], timeout_s: float = 60.0, pau
             raise ServerStartFailed("The lab server's container stopped after a restart: its server would not "
                                     "start.", detail=why, reason=_reason(why))
         try:
-            with db.connect(conninfo(), timeout_s=2) as connection:
+            address = conninfo()
+        except (ConnectionError, TimeoutError, LabkitError) as error:  # stopping: its port is not published now
+            if time.monotonic() >= deadline:
+                raise ServerStartFailed(f"The lab server's container did not answer within {timeout_s:.0f} s "
+                                        f"after a restart: {error}") from None
+            time.sleep(pause_s)
+            continue
+        try:
+            with db.connect(address, timeout_s=2) as connection:
                 connection.execute("select 1")
             return attempts
         except psycopg.OperationalError as error:

@@ -384,10 +384,8 @@ class EmbeddedServer(Server):
         would be theirs to reach) or as a link to one (that root would then hand to the server's user).
         """
         folder = self.socket_dir
-        try:
+        with contextlib.suppress(FileExistsError):
             folder.mkdir(mode=0o700)
-        except FileExistsError:
-            _refuse_a_folder_not_labkits(folder)
         if sys.platform == "win32":  # labkit's server listens on TCP there: no socket, no owner to check
             return
         found = service_user.ids()
@@ -396,6 +394,8 @@ class EmbeddedServer(Server):
         if not stat.S_ISDIR(info.st_mode) or info.st_uid not in ours:
             raise LabkitError(f"The server's socket folder {folder} was made by someone else (or is a link): remove "
                               "it, or set LABKIT_HOME to a shorter path so that the socket stays in the server's home.")
+        if folder.parent == self.home:  # the home's own run/: a folder of that name not labkit's is left as it is
+            _refuse_a_folder_not_labkits(folder)
         service_user.give(folder)
         folder.chmod(0o700)
 
