@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 
 NOTEBOOK = "01-gin-pending-list"
 ARMS = ["fastupdate-off", "off-open-xid", "pending-64kB"]  # the experiment's arms, the control first
-FIGURES = {"non_hot_share", "updates", "table_mb", "gin_mb", "pending_pages_max", "horizon_samples",
+FIGURES = {"non_hot_share", "non_hot_share_steady", "tail_s", "updates", "table_mb", "gin_mb", "pending_pages_max", "horizon_samples",
            "horizon_open_s_max", "horizon_holder"}
 
 
@@ -41,6 +41,10 @@ def test_the_arms_ran_interleaved_each_on_a_table_of_its_own(lab_runs):
         assert FIGURES <= set(run.extra), f"{run.name} lacks {FIGURES - set(run.extra)}"
         # a fresh table each run: its update counter holds this run's updates alone, one per transaction
         assert run.extra["updates"] == run.whole["transactions"], run.name
+        # the verdict's share is the steady phase's, from the hot probe, not the whole run's with its tail
+        steady = [row for row in run.probes["hot"] if run.phases["steady_from_s"] <= row["t"] <= run.phases["steady_to_s"]]
+        assert len(steady) > 1 and 0 <= run.extra["non_hot_share_steady"] <= 1, run.name
+        assert run.extra["tail_s"] == run.phases["tail_s"]
 
 
 def test_the_control_differs_by_one_idle_transaction_id_and_keeps_no_update_on_its_page(lab_runs):
@@ -56,6 +60,7 @@ def test_the_control_differs_by_one_idle_transaction_id_and_keeps_no_update_on_i
         assert max(holder["tied"] for holder in holders) > 1  # the clients' snapshots tie with it: the probe shows them
         # with the horizon held from before the run, no page of the table can be pruned: nearly no update stays HOT
         assert run.extra["non_hot_share"] > 0.9, run.extra["non_hot_share"]
+        assert run.extra["non_hot_share_steady"] > 0.9, run.extra["non_hot_share_steady"]
 
 
 def test_the_small_list_is_flushed_by_a_client_and_a_tie_names_the_flusher(lab_runs):
@@ -75,7 +80,7 @@ def test_the_small_list_is_flushed_by_a_client_and_a_tie_names_the_flusher(lab_r
 def test_the_verdict_is_read_per_repeat_and_the_throughput_says_when_its_runs_are_too_short(lab_runs):
     arms = experiment(lab_runs)
     for arm in ARMS[1:]:
-        verdict = compare(arms["fastupdate-off"], arms[arm], metric="non_hot_share")
+        verdict = compare(arms["fastupdate-off"], arms[arm], metric="non_hot_share_steady")
         assert verdict.kind == "cost" and verdict.basis == "per repeat" and verdict.ratio is not None
         tps = compare(arms["fastupdate-off"], arms[arm], metric="tps")
         shortest = min(steady_seconds(run) for run in arms["fastupdate-off"] + arms[arm])
