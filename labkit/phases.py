@@ -36,7 +36,7 @@ class Phases:
     connected_s: float  # every client connected: the first transaction may begin
     steady_from_s: float
     steady_to_s: float
-    end_s: float  # the last transaction ended (or the last progress line)
+    end_s: float  # the last transaction ended (without a log of every one: the last progress line or pgbench's exit)
     planned_end_s: float | None = None  # -T; None for a -t run
     clients_after: int | None = None  # clients still running 0.1 s into the tail (None: no transaction log)
     note: str | None = None  # why the steady phase is not what it should be (a run too short)

@@ -42,6 +42,7 @@ class Outputs:
     probe_costs: list[dict] = field(default_factory=list)  # each probe's interval, samples and time spent
     cpus: float = 0.0  # the cores this machine (or container) gives the run
     started_epoch: float | None = None  # Unix time pgbench was started (the probes' clock zero)
+    ended_epoch: float | None = None  # Unix time pgbench closed its output (it exited), as its reader saw it
     progress_arrivals: list[float] = field(default_factory=list)  # Unix time each progress line came
 
 
@@ -63,8 +64,13 @@ def record(spec: pgbench.Spec, context: Context, outputs: Outputs) -> Run:
     known_ends = ([points[-1]["t"]] if points else []) + ([max(ends.values())] if ends else [])
     if zero is not None and logged:  # a sampled log's last transaction: the run went on at least that long
         known_ends.append(float(log["end_s"].max()) - zero)
-    if zero is not None and outputs.started_epoch is not None:  # pgbench's exit, on its own clock
-        known_ends.append(outputs.started_epoch + outputs.wall_s - zero)
+    # a log of every transaction knows the last one (not an interrupted run's: it can lose its last lines)
+    every_transaction = zero is not None and logged and rate == 1 and not outputs.interrupted
+    if zero is not None and not every_transaction:  # the last transaction unknown: pgbench's exit bounds it
+        exited = outputs.ended_epoch if outputs.ended_epoch is not None else (
+            None if outputs.started_epoch is None else outputs.started_epoch + outputs.wall_s)
+        if exited is not None:
+            known_ends.append(exited - zero)
     end_s = max(known_ends) if known_ends else max(0.0, outputs.wall_s - offset)
     jobs = _jobs(context.argv, spec)
     parts = phases.phases_of(connected_s=connected_s, planned_end_s=spec.duration_s, end_s=end_s, client_ends=ends,

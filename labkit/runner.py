@@ -353,7 +353,8 @@ class PgbenchRunner:
                                      wall_s=wall_s, transaction_log=_read_logs(workdir / "tx"), samples=samples,
                                      probe_errors=sampler.errors, interrupted=interrupted,
                                      exit_code=process.returncode, probe_costs=sampler.costs(),
-                                     cpus=machine_size()[0], started_epoch=started_epoch)
+                                     cpus=machine_size()[0], started_epoch=started_epoch,
+                                     ended_epoch=reader.closed_at if reader else None)
         return run_record.record(spec, context, outputs), outputs
 
 
@@ -444,6 +445,7 @@ class _OutputReader:
         self.lines: queue.Queue[tuple[str, float] | None] = queue.Queue()  # a line and when it came (Unix time)
         self.arrivals: list[float] = []  # when each progress line came: pgbench's clock read against ours
         self.first_progress = threading.Event()  # pgbench prints none before every client has connected
+        self.closed_at: float | None = None  # Unix time pgbench closed its error output: its exit, not our reading
         self._stdout: list[str] = []
         self.progress: list[pgbench.Progress] = []
         self.other_lines: list[str] = []
@@ -460,6 +462,7 @@ class _OutputReader:
         assert self.process.stderr is not None  # opened with stderr=PIPE
         for raw in iter(self.process.stderr.readline, b""):
             self.lines.put((raw.decode(ENCODING, errors="replace").rstrip("\r\n"), time.time()))
+        self.closed_at = time.time()
         self.lines.put(None)
 
     def follow(self, observer: Observer | None, sampler: Sampler) -> None:

@@ -1,5 +1,6 @@
 """A run's start, steady phase and tail, from recorded pgbench 18 runs (tests/data/pgbench/README.md)."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -191,3 +192,36 @@ def test_a_sampled_log_still_runs_its_steady_phase_to_the_planned_end():
     run = run_record.record(pgbench.parse_options("-c 8 -j 2 -T 3 --sampling-rate 0.1 --name s", script="select 1;"),
                             CONTEXT, outputs)
     assert run.phases["steady_to_s"] == 3.0 and run.phases["end_s"] > 4.9
+
+
+
+def test_a_complete_log_ends_the_run_at_its_last_transaction_not_when_its_exit_was_read():
+    """The counter of a work probe stops at the last commit: that, not a late reading of pgbench's exit, ends the run.
+
+    Here the exit is read 0.8 s late (a busy machine, a slow observer). The count read after the run, placed
+    there, spread the last second's work over 1.8 s: the steady goodput came out 0.57 of the truth.
+    """
+    progress, arrivals, zero = _arrivals("pgbench18_slow_connect", 2.213497)
+    log = pgbench.log_frame(DATA / "pgbench18_slow_connect.txlog")
+    ends = sorted(log["end_s"] - zero)
+    last = ends[-1]
+
+    def done_by(t: float) -> int:  # a counter of work: one unit per two transactions, as a probe reads it
+        return sum(1 for end in ends if end <= t) // 2
+
+    samples = {"work": [{"t": round(t + 0.016, 3), "work": done_by(t)} for t in (0.05, 1.05, 2.05, 3.05)]}
+    outputs = run_record.Outputs(stdout=(DATA / "pgbench18_slow_connect.stdout").read_text(encoding="utf-8"),
+                                 stderr="", progress=progress, wall_s=last + 0.016 + 0.8, progress_arrivals=arrivals,
+                                 transaction_log=log, started_epoch=zero - 0.016, samples=samples)
+    run = run_record.record(pgbench.parse_options("-c 140 -j 1 -T 4 --name late", script="select 1;"),
+                            CONTEXT, outputs)
+    assert run.phases["end_s"] == pytest.approx(last, abs=0.005)  # the last transaction, not the exit read later
+    run.extra.update(run_record.work_figures(0, done_by(last + 1), run))
+    assert run.extra["goodput_basis"] == "steady phase"
+    # the phase's start still falls between two samples a second apart: read linearly there
+    assert run.extra["goodput"] == pytest.approx(run.tps / 2, rel=0.05)
+    # without a log of every transaction, pgbench's exit bounds the run: when its reader saw the output close
+    sampled = dataclasses.replace(outputs, transaction_log=log.iloc[::20].reset_index(drop=True),
+                                  ended_epoch=zero + last + 0.3)
+    spec = pgbench.parse_options("-c 140 -j 1 -T 4 --sampling-rate 0.05 --name sampled", script="select 1;")
+    assert run_record.record(spec, CONTEXT, sampled).phases["end_s"] == pytest.approx(last + 0.3, abs=0.005)
