@@ -119,16 +119,38 @@ def test_too_many_clients(lab):
         lab.pgbench("select 1;", clients=limit + 10, duration=1)
 
 
+def release_once_blocked(conninfo: str, holder_pid: int, clients: int, hold_s: float) -> threading.Event:
+    """Ends the holder ``hold_s`` after ``clients`` backends are seen waiting on a lock (set the event: give up).
+
+    Timed from the wait seen, not from before the run: on a busy machine pgbench can start a second late.
+    """
+    cancelled = threading.Event()
+
+    def release():
+        with psycopg.connect(conninfo, autocommit=True) as connection:
+            deadline = time.monotonic() + 60
+            while not cancelled.is_set() and time.monotonic() < deadline:
+                waiting = connection.execute("select count(*) from pg_stat_activity where wait_event_type = 'Lock' "
+                                             "and datname = current_database()").fetchone()
+                if waiting and waiting[0] >= clients:
+                    break
+                time.sleep(0.02)
+            if not cancelled.wait(hold_s):
+                connection.execute("select pg_terminate_backend(%s)", (holder_pid,))
+
+    threading.Thread(target=release, daemon=True).start()
+    return cancelled
+
+
 def test_a_stall_and_the_overrun_it_causes(lab, hot_row):
     holder = lab.session("stall-holder")
     holder.run("begin; update hot set n = n where id = 1")
-    release = threading.Timer(2.5, lambda: lab.value("select pg_terminate_backend(%s)", (holder.pid,)))
-    release.start()
+    cancel = release_once_blocked(lab.conninfo, holder.pid, clients=2, hold_s=2.3)
     try:
         run = lab.pgbench("update hot set n = n + 1 where id = 1;", name="stalled", clients=2, duration=4,
                           hold_sessions=True)
     finally:
-        release.cancel()
+        cancel.set()
         lab.sessions.sessions.pop("stall-holder").close()
     # the first second is the start, drawn apart: the stall counts from the steady phase's first second
     assert run.stalls and run.stalls[0]["start"] == 1.0 and run.stalls[0]["end"] >= 2.0
