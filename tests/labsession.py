@@ -57,8 +57,49 @@ def _ctrl_c_raises() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def _kernels_started_again_once_and_heard() -> None:
+    """A notebook's kernel that dies before it answers is started once more, and what it said is kept.
+
+    nbval throws a kernel's error output away, so a kernel that dies while it starts says nothing:
+    once in a README run all 38 cells of one lab failed so. Four workers start kernels at once, each on
+    five TCP ports jupyter_client found free a moment before (``Address already in use`` when another
+    process took one meanwhile). No cell has run then: a second start hides nothing of the notebook. A
+    kernel that dies twice fails its notebook with its own last words.
+    """
+    import logging
+
+    from nbval import kernel
+
+    if getattr(kernel.start_new_kernel, "heard", False):
+        return
+    original = kernel.start_new_kernel
+
+    def start_new_kernel(startup_timeout=60, kernel_name="python", **options):
+        thrown_away = options.pop("stderr", None)  # nbval's open os.devnull: replaced, so closed here
+        if thrown_away is not None and hasattr(thrown_away, "close"):
+            thrown_away.close()
+        for attempt in (1, 2):
+            said = tempfile.TemporaryFile()  # the kernel keeps writing here; gone with the last descriptor
+            try:
+                return original(startup_timeout=startup_timeout, kernel_name=kernel_name, **{**options, "stderr": said})
+            except RuntimeError as failure:
+                said.seek(0)
+                words = said.read()[-3000:].decode("utf-8", errors="replace").strip() or "(nothing)"
+                if attempt == 2:
+                    raise RuntimeError(f"{failure}, twice; the kernel's error output: {words}") from failure
+                logging.getLogger("nbval").warning("a kernel died while it started; starting it again. It said: %s",
+                                                   words)
+            finally:
+                said.close()  # ours: the kernel has its own
+        raise AssertionError("unreachable")
+
+    start_new_kernel.heard = True  # type: ignore[attr-defined]
+    kernel.start_new_kernel = start_new_kernel
+
+
 def pytest_configure(config):
     _ctrl_c_raises()
+    _kernels_started_again_once_and_heard()
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
         # The controller's folders (inherited) are no worker's: each worker makes its own, inside the
