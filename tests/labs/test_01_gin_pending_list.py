@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 
 NOTEBOOK = "01-gin-pending-list"
 ARMS = ["fastupdate-off", "off-open-xid", "pending-64kB"]  # the experiment's arms, the control first
-FIGURES = {"non_hot_share", "non_hot_share_steady", "tail_s", "updates", "table_mb", "gin_mb", "pending_pages_max", "horizon_samples",
+FIGURES = {"non_hot_share", "non_hot_share_steady", "steady_counted_s", "tail_s", "updates", "table_mb", "gin_mb", "pending_pages_max", "horizon_samples",
            "horizon_open_s_max", "horizon_holder"}
 
 
@@ -47,8 +47,10 @@ def test_the_arms_ran_interleaved_each_on_a_table_of_its_own(lab_runs):
         # (CI did): then the share is not measured (None), never a figure from the whole run
         if len(steady) > 1:
             assert 0 <= run.extra["non_hot_share_steady"] <= 1, run.name
+            # the seconds the share covers, shown beside it, are those between its first and last sample
+            assert run.extra["steady_counted_s"] == round(steady[-1]["t"] - steady[0]["t"], 2) > 0, run.name
         else:
-            assert run.extra["non_hot_share_steady"] is None, run.name
+            assert run.extra["non_hot_share_steady"] is None and run.extra["steady_counted_s"] == 0, run.name
         assert run.extra["tail_s"] == run.phases["tail_s"]
 
 
