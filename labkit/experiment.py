@@ -151,14 +151,21 @@ class Result:
     def baseline(self) -> str:
         return self.arms[0]
 
-    def verdict(self, arm: str | None = None, *, metric: str | None = None, kind: str | None = None) -> Verdict:
-        """``arm`` (default: the second) against the first arm, on the experiment's metric or another."""
-        arm = arm or self.arms[1]
-        if arm not in self.groups:
-            raise UsageError(f"No arm named {arm!r} in this experiment (its arms: {', '.join(self.arms)}).")
+    def verdict(self, arm: str | None = None, *, against: str | None = None, metric: str | None = None,
+                kind: str | None = None) -> Verdict:
+        """``arm`` (default: the second) against the first arm, or ``against`` another, on the experiment's metric or another.
+
+        The arms ran interleaved, so any two of them pair by repeat as an arm and the first do.
+        """
+        arm, against = arm or self.arms[1], against or self.baseline
+        for name in (arm, against):
+            if name not in self.groups:
+                raise UsageError(f"No arm named {name!r} in this experiment (its arms: {', '.join(self.arms)}).")
+        if arm == against:
+            raise UsageError(f"An arm is not compared with itself: give `against` another arm than {arm!r}.")
         metric = metric or self.metric
         alpha = self.alpha if metric == self.metric else ALPHA
-        return compare(self.groups[self.baseline], self.groups[arm], metric=metric,
+        return compare(self.groups[against], self.groups[arm], metric=metric,
                        kind=kind or (self.kind if metric == self.metric else None), alpha=alpha)
 
     def verdicts(self) -> list[Verdict]:

@@ -81,6 +81,21 @@ def test_a_steady_drift_falls_on_both_arms_and_the_effect_stands():
     assert table.loc["a", "ratio"] == "1 (baseline)"
 
 
+def test_two_arms_neither_of_them_the_first_are_judged_against_each_other():
+    lift = {"a": 1.0, "b": 1.0, "c": 1.3}  # b is the first arm again, c is 30% faster than both
+    noise = itertools.cycle([1.0, 1.02, 0.99, 1.01, 0.98, 1.03])
+    result = experiment.run(FakeLab(lambda arm, number: 100.0 * lift[arm] * next(noise)),
+                            ARMS + [experiment.Arm("c", "select 3;")], repeats=3)
+    found = result.verdict("c", against="b")
+    assert found.stands and 1.2 < found.ratio < 1.4
+    assert (found.a, found.b) == ("b", "c")
+    assert not result.verdict("b").stands  # b against a: the same script's speed
+    with pytest.raises(UsageError, match="not compared with itself"):
+        result.verdict("c", against="c")
+    with pytest.raises(UsageError, match="No arm named 'd'"):
+        result.verdict("c", against="d")
+
+
 def test_with_a_budget_it_adds_rounds_until_decided_and_says_so():
     noise = itertools.cycle([1.0, 1.08, 0.95, 1.03, 0.97, 1.05])
     result = experiment.run(FakeLab(lambda arm, number: 100.0 * next(noise) * (1.5 if arm == "b" else 1.0)), ARMS,
