@@ -172,8 +172,11 @@ class Result:
         return [self.verdict(arm) for arm in self.arms[1:]]
 
     def sentence(self) -> str:
-        """One sentence: each arm against the first, and how the experiment ended when that matters."""
-        said = " ".join(v.sentence for v in self.verdicts())
+        """One sentence: each arm against the first, and how the experiment ended when that matters.
+
+        A cost's events are left to the table, which names them beside each repeat, and to details().
+        """
+        said = " ".join(v.sentence if self.kind == "rate" else v.brief for v in self.verdicts())
         if self.stopped == "budget" and not any(v.stands for v in self.verdicts()):
             said += f" Cannot tell within {_duration(self.budget_s or 0)} on this machine."
         elif self.stopped == "decided":

@@ -95,6 +95,11 @@ class Verdict:
             return "apart" if self.stands else "overlapping"
         return "stands" if self.stands else "within noise"
 
+    @property
+    def brief(self) -> str:
+        """The sentence without its events: for under a table that lists them beside each repeat."""
+        return self.sentence.replace(_events_clause(self.events), "", 1) if self.events else self.sentence
+
     def __str__(self) -> str:
         return self.sentence
 
@@ -347,8 +352,12 @@ def _cost(head: str, a_list: list[Run], b_list: list[Run], a_values: list[float]
     judged = ("apart in every repeat" if stands else
               f"the repeats overlap or lie within {COST_GAP:.0%} of each other: cannot tell from them")
     if events:
-        judged += "; events: " + "; ".join(f"{repeat}: {event}" for repeat, event in events.items())
+        judged += _events_clause(events)
     return verdict(ratio, low, high, stands, "per repeat", f"{head}{ratio:.2f}× ({shown}{counted}): {judged}.", events)
+
+
+def _events_clause(events: dict) -> str:
+    return "; events: " + "; ".join(f"{repeat}: {event}" for repeat, event in events.items())
 
 
 def event_sentence(run: Run) -> str:

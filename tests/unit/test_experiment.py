@@ -143,7 +143,9 @@ def test_a_cost_experiment_lists_each_arms_events():
         run.extra.update(pages=50.0)
     assert result.kind == "cost" and result.verdict().stands
     assert result.table().loc["a", "events"] == "2: an autovacuum visit"
-    assert "a 2: an autovacuum visit" in result.sentence()
+    assert "a 2: an autovacuum visit" in result.details() and "a 2: an autovacuum visit" in result.verdict().sentence
+    # under the table, which lists them, the conclusion is said without them
+    assert "autovacuum" not in result.sentence() and result.sentence().endswith("apart in every repeat.")
 
 
 def test_a_rate_experiments_other_figure_is_tabled_as_a_cost_with_each_repeats_events():
