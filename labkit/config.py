@@ -181,7 +181,8 @@ def write_private(path: Path, text: str) -> Path:
     Windows an access list of its own before the text is in it), made with ``O_EXCL`` so that
     nothing already there (a link planted by someone else) is opened; that file then replaces
     ``path`` (a link at ``path`` is itself replaced, its target never written). Should the
-    write fail (a full disk), ``path`` keeps what it held and the new file is removed. On
+    write fail (a full disk), ``path`` keeps what it held and the new file is removed; the new file
+    is synced to disk before the replace, so that a crash leaves the old text or the new. On
     Windows a file another process reads cannot be replaced for that moment: the replace is
     retried briefly.
     """
@@ -199,6 +200,8 @@ def write_private(path: Path, text: str) -> Path:
         with open(descriptor, "w", encoding=ENCODING) as handle:
             descriptor = -1  # the handle closes it
             handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())  # on disk before it replaces the old file: a crash leaves one or the other
         retrying(os.replace, partial, path)
     except BaseException:
         if descriptor >= 0:

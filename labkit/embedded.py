@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import socket
 import stat
 import subprocess
@@ -400,7 +401,30 @@ class EmbeddedServer(Server):
         folder.chmod(0o700)
 
     def _init(self, profile: Profile) -> None:
-        arguments = ["-D", str(self.data_dir), "-U", USER, "--encoding=UTF8", "--locale=C", "--no-instructions"]
+        """Make the cluster: initdb into a folder of its own, put in the data folder's place once initdb has finished.
+
+        initdb writes PG_VERSION early: a first start interrupted while it ran (Ctrl+C) would leave a
+        cluster that counts as made and never starts. What an interrupted initdb leaves is removed here.
+        """
+        if self.data_dir.exists() and any(self.data_dir.iterdir()):
+            raise LabkitError(f"The server's data folder {self.data_dir} holds no finished cluster (no PG_VERSION): "
+                              "an earlier first start was interrupted? Remove that folder and start the lab again.")
+        scratch = self.home / "cluster.initdb"
+        if scratch.exists() or scratch.is_symlink():
+            _refuse_a_folder_not_labkits(scratch)  # private, a folder: an earlier start's
+            log.info("removing %s, left by an initdb that did not finish", scratch)
+            shutil.rmtree(scratch)
+        config.private_dir(scratch)
+        service_user.give(scratch)
+        scratch.chmod(0o700)
+        self._initdb(scratch)
+        with contextlib.suppress(FileNotFoundError):
+            self.data_dir.rmdir()  # the empty folder _prepare_dirs made (Windows replaces no folder)
+        os.replace(scratch, self.data_dir)
+        self._save_state(transport=self.transport)
+
+    def _initdb(self, data_dir: Path) -> None:
+        arguments = ["-D", str(data_dir), "-U", USER, "--encoding=UTF8", "--locale=C", "--no-instructions"]
         password_file = None
         if self.transport == "tcp":
             config.write_private(self.password_file, secrets.token_urlsafe(24))
@@ -416,7 +440,6 @@ class EmbeddedServer(Server):
         finally:
             if password_file is not None:
                 password_file.unlink(missing_ok=True)
-        self._save_state(transport=self.transport)
 
     def _write_start_settings(self, profile: Profile) -> None:
         """labkit.conf, rewritten before each start (see :func:`start_settings`); a TCP port is chosen anew."""
@@ -497,6 +520,10 @@ class EmbeddedServer(Server):
         try:
             self._program("pg_ctl", "start", "-D", str(self.data_dir), "-l", str(self.log_file), "-w",
                           "-t", str(self.start_timeout_s), timeout=self.start_timeout_s + 30)
+        except KeyboardInterrupt:
+            # Ctrl+C ends pg_ctl, not the server it launched, which no watchdog watches yet: it is stopped too
+            self._stop_what_started(since, spare=before)
+            raise
         except ServerStartFailed as failure:
             stopped = self._stop_what_started(since, spare=before)
             reason = serverlog.refusal(self.log_file, since)

@@ -766,7 +766,7 @@ def _below_profile(server: Server, profile: Profile) -> list[tuple[str, str, str
         return []
     wanted = {name: value for name, value in lab_settings(profile).items()
               if name in ("max_connections", "shared_buffers")}
-    with db.connect(server.admin_conninfo()) as connection:
+    with _admin_connection(server) as connection:
         rows = connection.execute(query("settings_of"), {"names": list(wanted)}).fetchall()
     behind = []
     for name, setting, unit in rows:
@@ -825,14 +825,18 @@ def _size(text: str, unit: str | None = None) -> float | None:
     return float(text) if text.isdigit() else None
 
 
-def _create_database(server: Server, database: str, profile: Profile, fresh: bool, messages: list[str]) -> bool:
-    """Create the notebook's database unless it exists (dropping it first when ``fresh``); True if it existed."""
+def _admin_connection(server: Server):
+    """A connection to the server's maintenance database; ServerGone, in one line, where it cannot be made."""
     try:
-        connection = db.connect(server.admin_conninfo())
+        return db.connect(server.admin_conninfo())
     except psycopg.OperationalError as error:
         where = "LABKIT_DSN" if server.kind == "external" else f"the {server.kind} lab server"
         raise ServerGone(f"Could not connect to {where}: {connection_problem(error)}") from None
-    with connection:
+
+
+def _create_database(server: Server, database: str, profile: Profile, fresh: bool, messages: list[str]) -> bool:
+    """Create the notebook's database unless it exists (dropping it first when ``fresh``); True if it existed."""
+    with _admin_connection(server) as connection:
         if server.kind == "external":
             messages += _external_report(connection, profile)
         if fresh:

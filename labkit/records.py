@@ -280,6 +280,13 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
+class UnreadableRecord(UserWarning):
+    """A saved record that cannot be read: said at every listing, not once per place (Python's default)."""
+
+
+warnings.filterwarnings("always", category=UnreadableRecord)
+
+
 def list_runs(directory: Path | None = None, *, notebook: str | None = None, name: str | None = None) -> list[Run]:
     """Saved runs, oldest first, optionally of one notebook and/or one run name."""
     directory = directory or config.results_dir()
@@ -290,7 +297,7 @@ def list_runs(directory: Path | None = None, *, notebook: str | None = None, nam
         try:
             run = Run.load(path)
         except UsageError as error:
-            warnings.warn(f"{error.short} (left out of the runs listed)", UserWarning, stacklevel=2)
+            warnings.warn(f"{error.short} (left out of the runs listed)", UnreadableRecord, stacklevel=2)
             continue
         if notebook and run.notebook != notebook:
             continue

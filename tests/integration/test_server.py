@@ -414,6 +414,66 @@ def test_a_killed_server_is_recovered_by_the_next_start():
         shutil.rmtree(home, ignore_errors=True)
 
 
+def test_a_first_start_interrupted_during_initdb_leaves_no_cluster_and_the_next_start_makes_one(monkeypatch):
+    """initdb writes PG_VERSION early: an interrupt after that must not leave a cluster that counts as made."""
+    home = Path(tempfile.mkdtemp(prefix="labkit-initdb ïnterrupted-"))
+    server = EmbeddedServer(home)
+    real = EmbeddedServer._program
+
+    def interrupted(self, name, *args, **options):
+        if name != "initdb":
+            return real(self, name, *args, **options)
+        folder = Path(args[args.index("-D") + 1])
+        (folder / "PG_VERSION").write_text("18\n")  # as far as initdb got when Ctrl+C came
+        raise KeyboardInterrupt
+
+    try:
+        monkeypatch.setattr(EmbeddedServer, "_program", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            server.start(Profile.named("ci"), watch=False)
+        assert not server.initialized()  # what initdb left is not the data folder
+        monkeypatch.setattr(EmbeddedServer, "_program", real)
+        assert server.start(Profile.named("ci"), watch=False) is True
+        with psycopg.connect(server.conninfo(), connect_timeout=5) as connection:
+            assert connection.execute("select 1").fetchone() == (1,)
+        assert not (home / "cluster.initdb").exists()
+    finally:
+        server.stop(mode="immediate")
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_start_interrupted_while_pg_ctl_waits_leaves_no_server_running(own_server, monkeypatch):
+    """Ctrl+C ends pg_ctl start; the postmaster it launched must not run on with no watchdog."""
+    own_server.stop()
+    real = subprocess.run
+
+    def interrupted(command, *args, **options):
+        if "start" not in command:
+            return real(command, *args, **options)
+        process = subprocess.Popen(command, *args, **{k: v for k, v in options.items() if k != "timeout"})
+        time.sleep(0.3)  # pg_ctl has launched the postmaster and waits for it
+        process.kill()
+        process.wait()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(subprocess, "run", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        own_server.start(Profile.named("ci"), watch=False)
+    monkeypatch.setattr(subprocess, "run", real)
+    time.sleep(2)  # long enough for a server left behind to come up
+    assert not own_server.running() and own_server._postmasters() == []
+    assert own_server.start(Profile.named("ci"), watch=False) is True
+
+
+def test_a_server_that_refuses_connections_is_one_line_at_start(lab, monkeypatch):
+    """labkit.start() reads the running server's sizes first: a refused connection there is ServerGone, not psycopg's."""
+    server = lab.server
+    monkeypatch.setattr(type(server), "admin_conninfo",
+                        lambda self: "host=/nonexistent-labkit-dir port=5 dbname=postgres connect_timeout=2")
+    with pytest.raises(labkit.ServerGone, match="^Could not connect to the embedded lab server"):
+        lab_module._below_profile(server, Profile.named("laptop"))
+
+
 def test_a_cluster_whose_postgresql_conf_has_a_refused_line_still_starts():
     """An older labkit wrote client_connection_check_interval = '2s' into postgresql.conf on every OS,
     which keeps a Windows server from starting. labkit.conf, included last, overrides it; PostgreSQL

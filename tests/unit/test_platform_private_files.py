@@ -158,6 +158,9 @@ def test_a_secret_is_private_before_it_is_written_and_never_written_through_a_li
             modes.append(stat.S_IMODE(os.fstat(self.handle.fileno()).st_mode))
             return self.handle.write(text)
 
+        def __getattr__(self, name):  # flush, fileno: the file's own
+            return getattr(self.handle, name)
+
     monkeypatch.setattr(config, "open", lambda *args, **kwargs: Watched(real_open(*args, **kwargs)), raising=False)
     older = tmp_path / "password"
     older.write_text("old", encoding="utf-8")

@@ -79,3 +79,32 @@ def test_a_record_that_does_not_fit_on_the_disk_leaves_the_saved_one_whole(tmp_p
     assert saved.read_text(encoding="utf-8") == before  # not half of the new one
     assert records.Run.load(saved).extra == {}
     assert [path.name for path in tmp_path.iterdir()] == [saved.name]  # no half-written file beside it
+
+
+def test_a_record_is_on_disk_before_it_replaces_the_saved_one(tmp_path, monkeypatch):
+    """A crash between the replace and the kernel's own write-back must leave the old record or the new, never an empty file."""
+    calls = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append("fsync"), real_fsync(fd))[1])
+    monkeypatch.setattr(os, "replace", lambda a, b: (calls.append("replace"), real_replace(a, b))[1])
+    path = _run("select 1;").save(tmp_path)
+    assert calls[-2:] == ["fsync", "replace"]
+    calls.clear()
+    records.Run.load(path).note(answer=1)
+    assert calls[-2:] == ["fsync", "replace"]
+
+
+def test_an_unreadable_record_is_said_at_every_listing_not_once(tmp_path):
+    """Python shows a warning once per place by default: a record left out must be said each time runs are listed."""
+    import subprocess
+    import sys
+
+    _run("select 1;").save(tmp_path)
+    (tmp_path / "cut-short.json").write_text('{"name": "x", "note', encoding="utf-8")
+    code = ("import pathlib, sys; from labkit import records\n"
+            "for _ in range(3): print(len(records.list_runs(pathlib.Path(sys.argv[1]))))")
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONWARNINGS": ""})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1", "1", "1"]
+    assert done.stderr.count("left out of the runs listed") == 3, done.stderr
