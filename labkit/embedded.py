@@ -443,18 +443,20 @@ class EmbeddedServer(Server):
 
     def _write_start_settings(self, profile: Profile) -> None:
         """labkit.conf, rewritten before each start (see :func:`start_settings`); a TCP port is chosen anew."""
+        # written whole into a new file that replaces the old (config.write_private): a link the server's
+        # user put in its own folder is replaced, its target never written (labkit may run as root)
         conf = self.data_dir / "postgresql.conf"
-        if INCLUDE_LINE not in conf.read_text(encoding=ENCODING):
-            with open(conf, "a", encoding=ENCODING) as handle:
-                handle.write(f"\n{INCLUDE_LINE}\n")
+        text = conf.read_text(encoding=ENCODING)
+        if INCLUDE_LINE not in text:
+            config.write_private(conf, f"{text}\n{INCLUDE_LINE}\n")
+            service_user.give(conf)
         if self.transport == "tcp":
             self._save_state(port=free_port(preferred=self._state().get("port")))
         settings = start_settings(profile, system_of(sys.platform), transport=self.transport, port=self.port,
                                   socket_dir=str(self.socket_dir))
         path = self.data_dir / "labkit.conf"
-        path.write_text("# written by labkit before each start (ALTER SYSTEM overrides these)\n"
-                        + "".join(f"{name} = {quote_setting(value)}\n" for name, value in settings.items()),
-                        encoding=ENCODING)
+        config.write_private(path, "# written by labkit before each start (ALTER SYSTEM overrides these)\n"
+                             + "".join(f"{name} = {quote_setting(value)}\n" for name, value in settings.items()))
         service_user.give(path)
 
     def start(self, profile: Profile, *, watch: bool = True) -> bool:
@@ -505,8 +507,9 @@ class EmbeddedServer(Server):
         self._save_state(port=free_port())
         path = self.data_dir / "labkit.conf"
         lines = path.read_text(encoding=ENCODING).splitlines(keepends=True)
-        path.write_text("".join(f"port = {self.port}\n" if line.startswith("port =") else line for line in lines),
-                        encoding=ENCODING)
+        config.write_private(path, "".join(f"port = {self.port}\n" if line.startswith("port =") else line
+                                           for line in lines))
+        service_user.give(path)
 
     def _start_postmaster(self) -> None:
         """``pg_ctl start``, waiting until the server accepts connections; kill on timeout.

@@ -58,10 +58,14 @@ def popen_options(home: Path) -> dict:
 
 
 def give(path: Path) -> None:
-    """Make ``path`` the service user's (as root); nothing otherwise."""
+    """Make ``path`` the service user's (as root); nothing otherwise.
+
+    A link is given itself, never its target: in a folder the service user owns, that user could put
+    a link where labkit wrote a file, and root would hand the target over.
+    """
     found = ids()
     if found is not None and sys.platform != "win32":
-        os.chown(path, *found)
+        os.chown(path, *found, follow_symlinks=False)
 
 
 def check_reachable(path: Path) -> None:

@@ -465,6 +465,26 @@ def test_a_start_interrupted_while_pg_ctl_waits_leaves_no_server_running(own_ser
     assert own_server.start(Profile.named("ci"), watch=False) is True
 
 
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="as root only: the server runs as another user")
+@pytest.mark.parametrize("name", ["labkit.conf", "postgresql.conf"])
+def test_as_root_a_link_the_servers_user_puts_in_the_data_folder_is_replaced_its_target_untouched(own_server, name):
+    """The data folder is the server's user's: a link it plants where labkit writes must not hand root's file over."""
+    own_server.stop()
+    victim = own_server.home / "root-only"
+    victim.write_text("root's\n", encoding="utf-8")
+    victim.chmod(0o600)
+    planted = own_server.data_dir / name
+    kept = planted.read_text(encoding="utf-8")
+    planted.unlink()
+    if name == "postgresql.conf":  # what the server's user had there, without labkit's include line
+        victim.write_text(kept.replace(INCLUDE_LINE, ""), encoding="utf-8")
+    before = victim.read_text(encoding="utf-8")
+    planted.symlink_to(victim)
+    own_server.start(Profile.named("ci"), watch=False)
+    assert victim.read_text(encoding="utf-8") == before and victim.stat().st_uid == 0
+    assert not planted.is_symlink() and planted.stat().st_uid == own_server.data_dir.stat().st_uid
+
+
 def test_a_server_that_refuses_connections_is_one_line_at_start(lab, monkeypatch):
     """labkit.start() reads the running server's sizes first: a refused connection there is ServerGone, not psycopg's."""
     server = lab.server
