@@ -211,7 +211,8 @@ class Lab:
         """
         import pandas as pd
 
-        where = sorted(name for name in settings if name.lower() in WHERE_IT_LISTENS)
+        settings = {name.lower(): value for name, value in settings.items()}  # PostgreSQL's names ignore case
+        where = sorted(name for name in settings if name in WHERE_IT_LISTENS)
         if where:
             raise UsageError(f"lab.set cannot change {', '.join(where)}: labkit decides where its server listens and "
                              "who may connect (a Unix socket of its own, or 127.0.0.1 with a password; nothing on the "

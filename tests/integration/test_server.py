@@ -103,6 +103,15 @@ def test_a_restart_never_stops_another_notebooks_run(lab):
     assert int(lab.value("show max_connections")) == before
 
 
+def test_a_settings_name_is_read_as_postgresql_reads_it_whatever_its_case(lab):
+    work_mem = lab.value("show work_mem")
+    try:
+        lab.set(Work_Mem="6MB")
+        assert lab.value("show work_mem") == "6MB"
+    finally:
+        lab.set(work_mem=work_mem)
+
+
 def test_unknown_setting_is_refused(lab):
     with pytest.raises(labkit.UsageError, match="Unknown setting"):
         lab.set(max_conections=10)
