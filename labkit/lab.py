@@ -452,10 +452,27 @@ class Lab:
         self.last_run = run
         if view is not None:
             view.finished(run)
+        if run.aborted_clients and self._server_stopping():  # its clients were ended by the server's stop
+            gone = ServerGone(f"The lab server stopped during run {spec.name!r} ({run_record.aborted_sentence(run)}): "
+                              f"its record is kept as far as it went (lab.last_run); run labkit.start({self.notebook!r}) "
+                              "again.")
+            gone.run = run
+            raise gone
         stuck = None if hold_sessions else run_record.no_progress(run)  # held on purpose: waiting is the point
         if stuck:
             raise RunFailed(stuck)
         return run
+
+    def _server_stopping(self) -> bool:
+        """Whether the server is stopped or shutting down (it refuses new connections with 57P03), not merely up."""
+        if not self.server.running():
+            return True
+        try:
+            with db.connect(self.server.admin_conninfo(), timeout_s=5):
+                return False
+        except psycopg.OperationalError as error:  # a refusal at connection time may carry no sqlstate: its words then
+            return (error.sqlstate == "57P03" or "the database system is shutting down" in str(error)
+                    or not self.server.running())
 
     def _target(self) -> runner.Target:
         return runner.Target(

@@ -699,6 +699,31 @@ def test_a_stopped_server_is_server_gone_from_a_session_and_a_check_too():
         shutil.rmtree(home, ignore_errors=True)
 
 
+def test_a_server_stopped_during_a_run_is_server_gone_and_the_run_is_kept():
+    """A run whose clients the server's stop ended is not a result like another: it says the server stopped."""
+    import threading
+
+    from labkit import lab as lab_module
+
+    home = Path(tempfile.mkdtemp(prefix="labkit-gone-run-"))
+    server = EmbeddedServer(home)
+    try:
+        server.start(Profile.named("ci"), watch=False)
+        lab_module._create_database(server, lab_module.database_name("gone-run"), Profile.named("ci"), False, [])
+        lab = lab_module.Lab(server, "gone-run", Profile.named("ci"), messages=[])
+        stopper = threading.Timer(1.5, server.stop)
+        stopper.start()
+        with (pytest.warns(UserWarning),  # the clients aborted; the run's end could not be checked
+              pytest.raises(labkit.ServerGone, match=r"^The lab server stopped during run 'cut' .*labkit.start\('gone-run'\)")):
+            lab.pgbench("select pg_sleep(0.01);", name="cut", clients=2, duration=6, live=False)
+        stopper.join()
+        assert lab.last_run is not None and lab.last_run.name == "cut" and lab.last_run.aborted_clients
+        lab.close()
+    finally:
+        server.stop(mode="immediate")
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def test_bad_dsn_fails_fast_with_a_sentence(monkeypatch):
     monkeypatch.setenv("LABKIT_DSN", "host=/nonexistent-dir port=5 user=nobody dbname=x")
     started = time.monotonic()
