@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import hashlib
 import logging
 import os
 import re
@@ -40,10 +41,18 @@ log = logging.getLogger(__name__)
 def database_name(notebook: str) -> str:
     """The notebook's own database.
 
+    A name with letters outside ASCII keeps them in a short digest, so that two such notebooks
+    ("Übung", "Öffnung") never share a database.
+
     >>> database_name("02-flash-sale")
     'lab_02_flash_sale'
+    >>> database_name("Übung 1"), database_name("Öbung 1")
+    ('lab_bung_1_3aae8071', 'lab_bung_1_3128d901')
     """
-    return "lab_" + (re.sub(r"[^a-z0-9]+", "_", notebook.lower()).strip("_") or "scratch")[:50]
+    slug = re.sub(r"[^a-z0-9]+", "_", notebook.lower()).strip("_")
+    if not notebook.isascii():
+        return f"lab_{slug[:41]}_{hashlib.sha256(notebook.encode()).hexdigest()[:8]}".replace("lab__", "lab_")
+    return "lab_" + (slug or "scratch")[:50]
 
 
 def _notebook_name() -> str:
