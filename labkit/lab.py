@@ -555,6 +555,8 @@ class Lab:
         """
         from . import experiment
 
+        if not clients:
+            raise UsageError("lab.sweep needs at least one number of clients, e.g. clients=[1, 2, 4].")
         self.need_connections(max(clients))
         runs: list[records.Run] = []
         names = list(scripts)

@@ -67,6 +67,10 @@ class Spec:
 
     def validated(self) -> Spec:
         """This spec, if pgbench would accept it; else a :class:`UsageError` saying what to change."""
+        for option, number in (("-c (clients)", self.clients), ("-j (threads)", self.jobs),
+                               ("-T (seconds)", self.duration_s), ("-t (transactions)", self.transactions)):
+            if number is not None and (isinstance(number, bool) or not isinstance(number, (int, float))):
+                raise UsageError(f"{option} must be a number, not {number!r}.")
         if self.clients < 1:
             raise UsageError("-c must be at least 1.")
         if self.jobs is not None and (self.jobs < 1 or self.jobs > self.clients):

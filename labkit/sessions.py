@@ -416,6 +416,9 @@ class Sessions:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def get(self, name: str, **timeouts) -> Session:
+        unknown = sorted(set(timeouts) - {"lock_timeout", "statement_timeout"})
+        if unknown:
+            raise UsageError(f"A session takes lock_timeout and statement_timeout (e.g. \"2s\"), not {', '.join(unknown)}.")
         if name not in self.sessions:
             self.sessions[name] = Session(name, registry=self, **timeouts)
         elif timeouts:

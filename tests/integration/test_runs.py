@@ -523,3 +523,8 @@ def test_a_run_does_not_start_behind_this_notebooks_open_transaction(lab, hot_ro
         holder.run("rollback")
     run = lab.pgbench("update hot set n = n + 1 where id = 1;", name="after-T1", clients=2, duration=1, live=False)
     assert run.transactions > 0
+
+
+def test_a_sweep_with_no_number_of_clients_is_one_line(lab):
+    with pytest.raises(UsageError, match=r"^lab.sweep needs at least one number of clients"):
+        lab.sweep({"one": "select 1;"}, clients=[])

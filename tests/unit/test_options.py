@@ -116,3 +116,20 @@ def test_threads_follow_the_cores_this_process_may_use(monkeypatch):
     assert spec.threads == 1
     monkeypatch.setattr(profiles, "machine_size", lambda: (4.0, 8 << 30))
     assert spec.threads == 4
+
+
+@pytest.mark.parametrize("chosen, words", [({"clients": "x"}, "-c (clients) must be a number, not 'x'"),
+                                           ({"duration_s": "5s"}, "-T (seconds) must be a number, not '5s'"),
+                                           ({"clients": 2, "jobs": "2"}, "-j (threads) must be a number")])
+def test_a_count_given_as_text_in_a_code_cell_is_one_line(chosen, words):
+    with pytest.raises(UsageError, match=words.replace("(", r"\(").replace(")", r"\)")):
+        parse_options("", script="select 1;", **chosen)
+
+
+def test_a_session_option_it_does_not_take_is_one_line():
+    from labkit.sessions import Sessions
+
+    sessions = Sessions(conninfo=lambda: "host=/nonexistent-labkit-test dbname=none connect_timeout=1")
+    with pytest.raises(UsageError, match=r"takes lock_timeout and statement_timeout .*not bogus"):
+        sessions.get("T1", bogus="1s")
+    assert sessions.sessions == {}
