@@ -174,6 +174,16 @@ def retrying(action, *args, seconds: float = RETRY_S):
             time.sleep(0.02)
 
 
+def append_no_link(path: Path):
+    """``path`` opened to append bytes, never through a link (where the system can refuse one), owner-only when made.
+
+    For a log in a folder the server's user owns (labkit may run as root): a link that user put there
+    is an error here, not a way to make root write into the link's target.
+    """
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+    return open(os.open(path, flags, 0o600), "ab")
+
+
 def write_private(path: Path, text: str) -> Path:
     """Write ``text`` whole to a file only its owner can read: a reader sees the old file or the new one, never half.
 

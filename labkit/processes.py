@@ -35,6 +35,8 @@ from typing import Any
 
 import psutil
 
+from . import config
+
 WINDOWS = sys.platform == "win32"
 log = logging.getLogger(__name__)
 # How long an interrupted child gets to stop by itself before it is killed.
@@ -211,12 +213,12 @@ def spawn_detached(argv: list[str], log: Path | None = None) -> None:
                           timeout=30, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                           env={**os.environ, "PYTHONIOENCODING": "utf-8"}, **options)  # every file labkit writes is UTF-8
     if done.returncode != 0 and log is not None:
-        with open(log, "ab") as handle:
+        with config.append_no_link(Path(log)) as handle:
             handle.write(done.stderr)
 
 
 def _popen_detached(argv: list[str], log: str | None = None) -> None:
-    with open(log, "ab") if log else contextlib.nullcontext(subprocess.DEVNULL) as output:  # the helper has its own copy
+    with config.append_no_link(Path(log)) if log else contextlib.nullcontext(subprocess.DEVNULL) as output:  # the helper has its own copy
         options: dict = {"stdin": subprocess.DEVNULL, "stdout": output, "stderr": subprocess.STDOUT, "close_fds": True}
         if not WINDOWS:
             subprocess.Popen(argv, start_new_session=True, **options)  # posix-only: Windows below

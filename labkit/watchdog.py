@@ -13,6 +13,7 @@ again at the next poll: the watchdog does not die of it.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
@@ -30,10 +31,18 @@ POLL_SECONDS = 2.0
 log = logging.getLogger("labkit.watchdog")  # not __name__: run as a program, that is "__main__"
 
 
+class _LogFile(logging.FileHandler):
+    """A log file opened never through a link: the log folder is the server's user's (see config.append_no_link)."""
+
+    def _open(self):
+        return io.TextIOWrapper(config.append_no_link(Path(self.baseFilename)), encoding=self.encoding,
+                                line_buffering=True)
+
+
 def _log_to(path: Path) -> None:
     """Everything labkit logs in this process (the watchdog's own lines, and db's ended backends) goes to ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    handler = logging.FileHandler(path, encoding=config.ENCODING)
+    handler = _LogFile(path, encoding=config.ENCODING)
     handler.setFormatter(logging.Formatter("%(asctime)s watchdog %(process)d %(levelname)s: %(message)s"))
     root = logging.getLogger("labkit")
     root.addHandler(handler)

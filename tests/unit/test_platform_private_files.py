@@ -7,6 +7,7 @@ last tests make the real calls, on Windows.
 """
 
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -201,3 +202,26 @@ def test_a_folder_labkit_makes_is_private_and_one_it_did_not_make_is_left_as_it_
     own.chmod(0o750)
     config.private_dir(own)  # others may read, not write: nothing to say (filterwarnings = error)
     assert stat.S_IMODE(own.stat().st_mode) == 0o750
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="links a service user could plant (Windows: no service user)")
+def test_a_log_in_the_servers_users_folder_is_never_written_through_a_link(tmp_path):
+    """As root labkit appends to logs in a folder the server's user owns: a link planted there must not be followed."""
+    import logging
+
+    from labkit import watchdog
+
+    target = tmp_path / "roots-file"
+    target.write_text("root's\n", encoding="utf-8")
+    for name in ("helper.log", "watchdog.log"):
+        (tmp_path / name).symlink_to(target)
+    with pytest.raises(OSError):
+        config.append_no_link(tmp_path / "helper.log")
+    with pytest.raises(OSError):
+        watchdog._LogFile(tmp_path / "watchdog.log", encoding="utf-8")
+    assert target.read_text(encoding="utf-8") == "root's\n"
+    handler = watchdog._LogFile(tmp_path / "own.log", encoding="utf-8")  # a file of its own: made, private, appended
+    handler.emit(logging.LogRecord("labkit", logging.INFO, __file__, 1, "watching", None, None))
+    handler.close()
+    assert (tmp_path / "own.log").read_text(encoding="utf-8") == "watching\n"
+    assert stat.S_IMODE((tmp_path / "own.log").stat().st_mode) == 0o600
