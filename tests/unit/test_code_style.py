@@ -74,6 +74,9 @@ _.max_ms  # noqa
 
 # started by name in a child Python (labkit.processes.spawn_detached's launcher)
 _popen_detached  # noqa
+
+# logging.FileHandler's hook, called by the handler itself to open its file (labkit/watchdog.py)
+_._open  # noqa
 """
 
 
