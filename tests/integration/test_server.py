@@ -676,52 +676,47 @@ def test_a_home_whose_parents_labkit_makes_lets_the_server_in_and_no_one_else(mo
         shutil.rmtree(base, ignore_errors=True)
 
 
-def test_a_stopped_server_is_server_gone_from_a_session_and_a_check_too():
-    """The error contract beyond the magics: a session's next statement and lab.check say ServerGone, in one line."""
-    from labkit import lab as lab_module
-    from labkit.records import Run
-
-    home = Path(tempfile.mkdtemp(prefix="labkit-gone-"))
+@contextlib.contextmanager
+def private_lab(notebook: str):
+    """A lab on a server of the test's own (which the test may stop), stopped and removed at the end."""
+    home = Path(tempfile.mkdtemp(prefix=f"labkit-{notebook}-"))
     server = EmbeddedServer(home)
     try:
         server.start(Profile.named("ci"), watch=False)
-        lab_module._create_database(server, lab_module.database_name("gone"), Profile.named("ci"), False, [])
-        lab = lab_module.Lab(server, "gone", Profile.named("ci"), messages=[])
-        assert lab.session("T1").run("select 1").message() == "SELECT 1"
-        server.stop()
-        for attempt in (lambda: lab.session("T1").run("select 1"), lambda: lab.session("T2"),
-                        lambda: lab.check("select 1 as one", run=Run("r", "gone", "ci", "now"))):
-            with pytest.raises(labkit.ServerGone, match=r"^The lab server is not running .*run labkit.start\('gone'\)"):
-                attempt()
+        lab_module._create_database(server, lab_module.database_name(notebook), Profile.named("ci"), False, [])
+        lab = lab_module.Lab(server, notebook, Profile.named("ci"), messages=[])
+        yield lab
         lab.close()
     finally:
         server.stop(mode="immediate")
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_stopped_server_is_server_gone_from_a_session_and_a_check_too():
+    """The error contract beyond the magics: a session's next statement and lab.check say ServerGone, in one line."""
+    from labkit.records import Run
+
+    with private_lab("gone") as lab:
+        assert lab.session("T1").run("select 1").message() == "SELECT 1"
+        lab.server.stop()
+        for attempt in (lambda: lab.session("T1").run("select 1"), lambda: lab.session("T2"),
+                        lambda: lab.check("select 1 as one", run=Run("r", "gone", "ci", "now"))):
+            with pytest.raises(labkit.ServerGone, match=r"^The lab server is not running .*run labkit.start\('gone'\)"):
+                attempt()
 
 
 def test_a_server_stopped_during_a_run_is_server_gone_and_the_run_is_kept():
     """A run whose clients the server's stop ended is not a result like another: it says the server stopped."""
     import threading
 
-    from labkit import lab as lab_module
-
-    home = Path(tempfile.mkdtemp(prefix="labkit-gone-run-"))
-    server = EmbeddedServer(home)
-    try:
-        server.start(Profile.named("ci"), watch=False)
-        lab_module._create_database(server, lab_module.database_name("gone-run"), Profile.named("ci"), False, [])
-        lab = lab_module.Lab(server, "gone-run", Profile.named("ci"), messages=[])
-        stopper = threading.Timer(1.5, server.stop)
+    with private_lab("gone-run") as lab:
+        stopper = threading.Timer(1.5, lab.server.stop)
         stopper.start()
         with (pytest.warns(UserWarning),  # the clients aborted; the run's end could not be checked
               pytest.raises(labkit.ServerGone, match=r"^The lab server stopped during run 'cut' .*labkit.start\('gone-run'\)")):
             lab.pgbench("select pg_sleep(0.01);", name="cut", clients=2, duration=6, live=False)
         stopper.join()
         assert lab.last_run is not None and lab.last_run.name == "cut" and lab.last_run.aborted_clients
-        lab.close()
-    finally:
-        server.stop(mode="immediate")
-        shutil.rmtree(home, ignore_errors=True)
 
 
 def test_bad_dsn_fails_fast_with_a_sentence(monkeypatch):
